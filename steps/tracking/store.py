@@ -1,0 +1,102 @@
+"""MLflow access for every stage: one experiment per stage, SQLite under results/ by default.
+
+SQLite has a single writer, so writes from concurrent jobs are serialised with an advisory file
+lock next to the database and retried on "database is locked"; the schema is created once under
+the same lock, which removes the migration race between jobs that start together.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from steps import paths
+
+EXPERIMENT_PREFIX = "n00bgpt"
+
+
+def tracking_uri(configured: str | None = None) -> str:
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{paths.MLFLOW_DB.resolve()}"
+
+
+def _is_local_sqlite(uri: str) -> bool:
+    return uri.startswith("sqlite:///")
+
+
+@contextlib.contextmanager
+def write_lock(uri: str):
+    """Hold an exclusive lock for a local SQLite store; no-op for servers and real databases."""
+    if not _is_local_sqlite(uri):
+        yield
+        return
+    lock_path = Path(uri.removeprefix("sqlite:///")).with_suffix(".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def retrying(fn, *args, attempts: int = 8, **kwargs):
+    """Call an MLflow write, retrying transient SQLite/HTTP contention with backoff."""
+    delay = 0.2
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # MlflowException wraps sqlalchemy OperationalError
+            text = str(exc).lower()
+            transient = "locked" in text or "busy" in text or "connection" in text
+            if not transient or i == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def client(uri: str | None = None):
+    """An MlflowClient on an initialised store (creates the SQLite schema once, under the lock)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri(uri)
+    mlflow.set_tracking_uri(uri)
+    with write_lock(uri):
+        c = MlflowClient(uri)
+        retrying(c.search_experiments, max_results=1)  # forces schema creation/migration
+    return c
+
+
+def experiment_name(stage: str) -> str:
+    return f"{EXPERIMENT_PREFIX}/{stage}"
+
+
+def experiment_id(c, stage: str, uri: str) -> str:
+    name = experiment_name(stage)
+    with write_lock(uri):
+        exp = retrying(c.get_experiment_by_name, name)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if _is_local_sqlite(uri):
+            location = (paths.ARTIFACTS.resolve() / stage).as_uri()
+        return retrying(c.create_experiment, name, artifact_location=location,
+                        tags={"stage": stage, "project": "n00bGPT lab"})
+
+
+def init(uri: str | None = None) -> str:
+    """Create the store before jobs fan out (called from the Snakefile's onstart)."""
+    uri = tracking_uri(uri)
+    if _is_local_sqlite(uri):
+        paths.RESULTS.mkdir(parents=True, exist_ok=True)
+    client(uri)
+    return uri
+
+
+if __name__ == "__main__":
+    print(init())

@@ -1,0 +1,19 @@
+# The DAG's final target: one table per stage from this DAG's metrics.json files and MLflow runs.
+# Included last, so every stage registered above feeds it.
+
+rule report:
+    input:
+        lambda wildcards: [f for stage in STAGES for f in stage_outputs(stage)],
+    output:
+        index="results/reports/index.md",
+    params:
+        cfg=lambda wildcards: json.dumps({
+            "stage": "report", "cell": "main",
+            "common": cell_config(config, "report", "main")["common"],
+            "params": {**config.get("report", {}),
+                       "stages": {s: {"cells": cells(config, s)} for s in STAGES}}}, sort_keys=True),
+    log: "results/logs/report/main.log"
+    benchmark: "results/benchmarks/report/main.tsv"
+    threads: 1
+    shell:
+        "python -m steps.report --out results/reports --cfg {params.cfg:q} > {log} 2>&1"
