@@ -1,0 +1,69 @@
+"""Causal multi-head self-attention with separate q/k/v/o projections.
+
+Separate projections (instead of GPT-2's fused c_attn) make tensor parallelism a one-liner:
+ColwiseParallel on q/k/v splits the heads across ranks, RowwiseParallel on o_proj sums them back.
+That is why the number of heads is read from the tensor (`view(B, T, -1, head_dim)`), never from
+the config: a TP rank holds only its local heads.
+
+Two paths compute the same thing:
+- "sdpa": F.scaled_dot_product_attention (fused, the fast default);
+- "manual": softmax(q k^T / sqrt(d) + mask) v with the hand-written Softmax Function.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from steps.models.positional import rope_cos_sin, rope_neox
+from steps.models.softmax import softmax
+
+
+def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """Bool (t_q, t_k), True = may attend; bottom-right aligned for the KV-cache case."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(t_k - t_q)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = config.n_embd
+        self.head_dim = d // config.n_head
+        self.q_proj = nn.Linear(d, d, bias=config.bias)
+        self.k_proj = nn.Linear(d, d, bias=config.bias)
+        self.v_proj = nn.Linear(d, d, bias=config.bias)
+        self.o_proj = nn.Linear(d, d, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        self.impl = config.attn
+        self.rope = config.pos == "rope"
+
+    def forward(self, x, layer_past=None, use_cache=False):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, h_local, T, hd)
+        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        past = 0 if layer_past is None else layer_past[0].shape[2]
+        if self.rope:  # rotate q and k by their absolute positions past .. past+T-1 (NeoX layout)
+            cos, sin = rope_cos_sin(past + T, self.head_dim, dtype=q.dtype, device=q.device)
+            q, k = rope_neox(q, cos[past:], sin[past:]), rope_neox(k, cos[past:], sin[past:])
+        if layer_past is not None:
+            k, v = torch.cat((layer_past[0], k), dim=2), torch.cat((layer_past[1], v), dim=2)
+        p = self.dropout if self.training else 0.0
+        if self.impl == "sdpa":
+            if past == 0:   # plain causal (top-left == bottom-right when T_q == T_k)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            else:           # cached decoding: new queries see every cached key
+                mask = None if T == 1 else causal_mask(T, k.shape[2], x.device)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        elif self.impl == "manual":
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+            att = softmax(att, causal_mask(T, k.shape[2], x.device))
+            y = F.dropout(att, p, self.training) @ v
+        else:
+            raise ValueError(f"attn must be 'sdpa' or 'manual', got {self.impl!r}")
+        y = y.transpose(1, 2).reshape(B, T, -1)  # re-assemble the (local) heads side by side
+        y = self.resid_dropout(self.o_proj(y))
+        return (y, (k, v)) if use_cache else y

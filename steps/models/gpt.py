@@ -1,0 +1,173 @@
+"""The GPT: embeddings -> n_layer pre-LN blocks -> final norm -> tied LM head.
+
+Module names follow Hugging Face GPT-2 (transformer.wte/wpe/h[i].ln_1/attn/ln_2/mlp/ln_f, lm_head)
+so hf_convert.py reads as a rename table. Attention uses separate q/k/v/o projections (see
+attention.py) — the only structural difference from GPT-2's fused Conv1D c_attn.
+
+Loss convention (identical to HF GPT2LMHeadModel): pass `labels=input_ids`; the model shifts
+internally, position t is scored against labels[t+1], the last position is dropped, and
+labels == -100 are ignored. Mean over the scored tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from steps.models.attention import CausalSelfAttention
+from steps.models.mlp import MLP
+from steps.models.norms import make_norm
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 8192
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    dropout: float = 0.0
+    bias: bool = True
+    pos: str = "learned"          # "learned" (GPT-2 wpe) | "rope" (rotary, NeoX layout, no wpe)
+    norm: str = "layernorm"       # "layernorm" | "rmsnorm"
+    attn: str = "sdpa"            # "sdpa" (fused) | "manual" (hand-written softmax)
+    activation: str = "gelu_new"  # "gelu_new" (tanh, GPT-2) | "gelu" (exact)
+    layer_norm_eps: float = 1e-5
+    tie_weights: bool = True
+    checkpoint_activations: bool = False
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if self.pos not in ("learned", "rope"):
+            raise ValueError(f"pos must be 'learned' or 'rope', got {self.pos!r}")
+        if self.pos == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError("rope needs an even head_dim")
+
+
+@dataclass
+class GPTModelOutput:
+    last_hidden_state: torch.Tensor
+    past_key_values: tuple | None = None
+
+
+@dataclass
+class CausalLMOutput:
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    past_key_values: tuple | None = None  # per layer (k, v), each (B, n_head, T_total, head_dim)
+
+
+class Block(nn.Module):
+    """Pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(x)). Returns x, or (x, (k, v)) with use_cache."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, layer_past=None, use_cache=False):
+        a = self.attn(self.ln_1(x), layer_past, use_cache)
+        if use_cache:
+            a, present = a
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return (x, present) if use_cache else x
+
+
+class GPTModel(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False) -> GPTModelOutput:
+        B, T = input_ids.shape
+        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        if past + T > self.config.block_size and self.wpe is not None:
+            raise ValueError(f"sequence length {past + T} > block_size {self.config.block_size}")
+        x = self.wte(input_ids)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(past, past + T, device=input_ids.device))
+        x = self.drop(x)
+        presents = []
+        for i, block in enumerate(self.h):
+            if use_cache:
+                x, kv = block(x, None if past_key_values is None else past_key_values[i], True)
+                presents.append(kv)
+            elif self.config.checkpoint_activations and self.training:
+                x = checkpoint(block, x, use_reentrant=False)  # recompute in backward, save memory
+            else:
+                x = block(x)
+        return GPTModelOutput(self.ln_f(x), tuple(presents) if use_cache else None)
+
+
+class GPTLMHeadModel(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = GPTModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.transformer.wte.weight
+        self.apply(self._init_weights)
+        # GPT-2 scheme: residual projections scaled by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith(("o_proj.weight", "mlp.c_proj.weight")):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count (tied weights once); non_embedding drops wpe (nanoGPT's convention:
+        wte stays in because it is also the LM head's matmul)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.transformer.wpe is not None:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, input_ids, labels=None, past_key_values=None, use_cache=False) -> CausalLMOutput:
+        out = self.transformer(input_ids, past_key_values, use_cache)
+        logits = self.lm_head(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = causal_lm_loss(logits, labels)
+        return CausalLMOutput(logits, loss, out.past_key_values)
+
+
+def causal_lm_loss(logits, labels, ignore_index: int = -100):
+    """HF's shift: logits[:, t] predict labels[:, t+1]. Shifting the labels (pad with -100)
+    rather than slicing logits[:, :-1] avoids copying the (B, T, V) logits."""
+    shifted = F.pad(labels[:, 1:], (0, 1), value=ignore_index)
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1),
+                           ignore_index=ignore_index)
+
+
+def use_custom_functions(model: nn.Module, attention: bool = True) -> nn.Module:
+    """Swap the hand-written autograd Functions in, in place: same parameters, same state dict.
+    Used by the components/parity stages; training keeps the fused torch ops."""
+    from steps.models.linear import Linear
+    from steps.models.norms import LayerNorm, RMSNorm
+
+    swap = {nn.Linear: Linear, nn.LayerNorm: LayerNorm, nn.RMSNorm: RMSNorm}
+    for m in model.modules():
+        if type(m) in swap:
+            m.__class__ = swap[type(m)]
+        if attention and isinstance(m, CausalSelfAttention):
+            m.impl = "manual"
+    return model
