@@ -1,0 +1,95 @@
+"""What each strategy should cost, from the plan alone: per-rank state bytes and per-rank
+communication bytes per step (the ring convention of comm.py). Measured numbers are divided by
+these; a ratio of 1 means the implementation moves and keeps exactly what the theory says.
+
+Ψ = parameter count, b = bytes per element, N = size of the axis that shards or replicates,
+state = params + grads + Adam's two moments = 4 tensors of the local parameter count.
+"""
+from __future__ import annotations
+
+from steps.parallel.plan import Plan
+
+ADAM_TENSORS = 4  # param, grad, exp_avg, exp_avg_sq
+
+
+def ring_all_reduce(nbytes: float, n: int) -> float:
+    return 2 * (n - 1) / n * nbytes
+
+
+def ring_gather(nbytes: float, n: int) -> float:
+    """An all-gather producing, or a reduce-scatter consuming, `nbytes`."""
+    return (n - 1) / n * nbytes
+
+
+# ---- the MLP (from scratch and JAX) ----------------------------------------------------------
+def mlp_psi(plan: Plan) -> int:
+    d, h, L = plan.mlp["dim"], plan.mlp["hidden"], plan.mlp["layers"]
+    return L * (2 * d * h + h + d)
+
+
+def mlp_local_params(plan: Plan) -> float:
+    """Parameters one rank holds: TP splits W1, b1, W2 (b2 is replicated); FSDP/PP divide by N."""
+    d, h, L = plan.mlp["dim"], plan.mlp["hidden"], plan.mlp["layers"]
+    t = plan.axis("tp")
+    local = L * ((2 * d * h + h) / t + d)
+    return local / plan.axis("fsdp") / plan.axis("pp")
+
+
+def mlp_comm(plan: Plan) -> float:
+    """Bytes one rank sends per step (for PP: the average over stages)."""
+    d, L, b = plan.mlp["dim"], plan.mlp["layers"], plan.bytes_per_elem
+    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    total = 0.0
+    t = plan.axis("tp")
+    if t > 1:  # per block one (rows, dim) all-reduce forward (g) and one backward (f), first block's f skipped
+        total += (2 * L - 1) * ring_all_reduce(rows * d * b, t)
+    shard_psi = mlp_local_params(plan) * plan.axis("fsdp")  # what the data axis replicates or shards
+    if plan.axis("dp") > 1:
+        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("fsdp") > 1:
+        total += 3 * ring_gather(shard_psi * b, plan.axis("fsdp"))
+    s = plan.axis("pp")
+    if s > 1:  # every boundary carries the batch's activations forward and their gradients back
+        total += 2 * (s - 1) * plan.batch_size * d * b / s
+    return total
+
+
+# ---- the GPT (native torch) ------------------------------------------------------------------
+def gpt_tp_split(name: str) -> str:
+    """How native TP places a GPT parameter: 'shard' (divided by tp) or 'replicate'."""
+    col = ("q_proj", "k_proj", "v_proj", "c_fc")
+    if any(f".{c}." in name for c in col):
+        return "shard"
+    if name.endswith(("o_proj.weight", "c_proj.weight")):
+        return "shard"
+    return "replicate"
+
+
+def gpt_local_params(plan: Plan, shapes: dict[str, int], stage_params: float | None = None) -> float:
+    """`shapes`: parameter name -> numel of the single-device model (tied weights once)."""
+    if plan.strategy == "pp":
+        return stage_params if stage_params is not None else sum(shapes.values()) / plan.axis("pp")
+    t = plan.axis("tp")
+    local = sum(n / t if gpt_tp_split(k) == "shard" else n for k, n in shapes.items())
+    return local / plan.axis("fsdp")
+
+
+def gpt_comm(plan: Plan, shapes: dict[str, int], boundary_elems: float = 0.0) -> float:
+    """DP 2Ψ, FSDP 3Ψ over the data axis; TP 4 activation all-reduces (B·T·d) per layer per step
+    (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
+    pair, the same bytes); PP the boundary activations forward and gradients backward."""
+    g, b = plan.gpt, plan.bytes_per_elem
+    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    total = 0.0
+    t = plan.axis("tp")
+    if t > 1:
+        total += 4 * g["n_layer"] * ring_all_reduce(rows * g["block_size"] * g["n_embd"] * b, t)
+    shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
+    if plan.axis("dp") > 1:
+        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("fsdp") > 1:
+        total += 3 * ring_gather(shard_psi * b, plan.axis("fsdp"))
+    s = plan.axis("pp")
+    if s > 1:
+        total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
+    return total

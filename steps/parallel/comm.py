@@ -1,0 +1,133 @@
+"""Count what passes through the collectives, in one convention for every strategy.
+
+Convention ("ring-equivalent bytes sent per rank"): over a group of N ranks an all-reduce of n
+bytes costs 2(N-1)/N·n (a reduce-scatter then an all-gather), an all-gather producing n bytes and
+a reduce-scatter consuming n bytes cost (N-1)/N·n, a point-to-point send of n bytes costs n.
+So DP moves 2Ψ·(N-1)/N·b per step and FSDP 3Ψ·(N-1)/N·b (all-gather forward, all-gather
+backward, reduce-scatter of the gradients), b = bytes per element.
+
+The from-scratch strategies call the wrappers below (only in-place primitives). Native torch code
+(DDP's C++ reducer, FSDP2, DTensor) is counted by `NativeCommMode`, a dispatch mode that sees the
+same c10d / functional-collective ops on their way to the process group.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*")
+
+
+class CommCounter:
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.bytes = 0.0
+        self.calls: Counter = Counter()
+
+    def add(self, op: str, nbytes: int, group_size: int) -> None:
+        n = group_size
+        factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
+                  "reduce_scatter": (n - 1) / n, "send": 1.0, "broadcast": (n - 1) / n}[op]
+        self.bytes += factor * nbytes
+        self.calls[op] += 1
+
+
+COUNTER = CommCounter()
+
+
+def _size(group) -> int:
+    return dist.get_world_size(group)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def all_reduce(t: torch.Tensor, group=None) -> torch.Tensor:
+    """In-place SUM all-reduce (gloo has no PREMUL_SUM; callers divide for an average)."""
+    COUNTER.add("all_reduce", _nbytes(t), _size(group))
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    return t
+
+
+def all_gather_into_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> torch.Tensor:
+    """`out` is flat (gloo rejects a (N, n) output), N× the size of `inp`."""
+    COUNTER.add("all_gather", _nbytes(out), _size(group))
+    dist.all_gather_into_tensor(out, inp, group=group)
+    return out
+
+
+def reduce_scatter_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> torch.Tensor:
+    COUNTER.add("reduce_scatter", _nbytes(inp), _size(group))
+    dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)
+    return out
+
+
+def isend(t: torch.Tensor, dst: int):
+    COUNTER.add("send", _nbytes(t), 2)
+    return dist.isend(t, dst)
+
+
+def recv(t: torch.Tensor, src: int) -> torch.Tensor:
+    dist.recv(t, src)
+    return t
+
+
+# ---- native code: count the ops the process group receives -----------------------------------
+def _group_size(args, default: int) -> int:
+    for a in args:
+        if isinstance(a, dist.ProcessGroup):
+            return a.size()
+        if isinstance(a, str) and a:  # functional collectives name their group
+            try:
+                return dist.distributed_c10d._resolve_process_group(a).size()
+            except Exception:  # noqa: BLE001
+                pass
+    return default
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+class NativeCommMode(TorchDispatchMode):
+    """Adds every collective that reaches the dispatcher to a CommCounter (same convention).
+
+    all_gather ops are charged on their output (input × N), reduce-scatters on their input,
+    all-reduces on their input, send on its tensor; `recv`/`wait` cost nothing extra."""
+
+    def __init__(self, counter: CommCounter, world: int):
+        super().__init__()
+        self.counter, self.world = counter, world
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1].rstrip("_")
+        ns = func.namespace
+        if ns in ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"):
+            n = _group_size(list(args) + list((kwargs or {}).values()), self.world)
+            inb = sum(_nbytes(t) for t in _tensors(args[0])) if args else 0
+            if name in ("allreduce", "all_reduce", "allreduce_coalesced", "all_reduce_coalesced"):
+                self.counter.add("all_reduce", inb, n)
+            elif name in ("_allgather_base", "allgather_into_tensor_coalesced", "all_gather_into_tensor",
+                          "all_gather_into_tensor_coalesced", "allgather"):
+                src = args[1] if name in ("_allgather_base", "allgather_into_tensor_coalesced", "allgather") else args[0]
+                self.counter.add("all_gather", sum(_nbytes(t) for t in _tensors(src)) * n, n)
+            elif name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter_tensor",
+                          "reduce_scatter_tensor_coalesced", "reduce_scatter"):
+                src = args[1] if name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter") else args[0]
+                self.counter.add("reduce_scatter", sum(_nbytes(t) for t in _tensors(src)), n)
+            elif name in ("broadcast",):
+                self.counter.add("broadcast", inb, n)
+            elif name in ("send",):
+                self.counter.add("send", inb, 2)
+        return func(*args, **(kwargs or {}))

@@ -1,0 +1,73 @@
+"""The toy model every from-scratch strategy shards: L residual blocks x + W2·relu(W1·x + b1) + b2.
+
+Weights come from numpy (float64) so torch and JAX start from exactly the same numbers.
+Per block: W1 (hidden, dim), b1 (hidden), W2 (dim, hidden), b2 (dim) — the Megatron MLP shape:
+W1 is split on its output rows (column-parallel), W2 on its input columns (row-parallel).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PARAM_NAMES = ("w1", "b1", "w2", "b2")
+
+
+def init_mlp(dim: int, hidden: int, layers: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(layers):
+        out[f"{i}.w1"] = rng.normal(0, dim ** -0.5, (hidden, dim))
+        out[f"{i}.b1"] = rng.normal(0, 0.02, hidden)
+        out[f"{i}.w2"] = rng.normal(0, hidden ** -0.5, (dim, hidden))
+        out[f"{i}.b2"] = rng.normal(0, 0.02, dim)
+    return out
+
+
+def make_batch(batch: int, dim: int, seed: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The global batch of step `step` (same on every rank; each rank slices its share)."""
+    rng = np.random.default_rng([seed, step])
+    x = rng.normal(size=(batch, dim))
+    return x, np.tanh(x[:, ::-1].copy())
+
+
+def n_params(dim: int, hidden: int, layers: int) -> int:
+    return layers * (2 * dim * hidden + hidden + dim)
+
+
+def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(out, y)
+
+
+class Block(nn.Module):
+    def __init__(self, w1, b1, w2, b2):
+        super().__init__()
+        self.w1, self.b1, self.w2, self.b2 = (nn.Parameter(t) for t in (w1, b1, w2, b2))
+
+    def forward(self, x):
+        return x + F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
+
+
+class MLP(nn.Module):
+    """The single-device reference (also what DP and PP hold a full or partial copy of)."""
+
+    def __init__(self, full: dict[str, torch.Tensor], layers: range | None = None):
+        super().__init__()
+        n = len({k.split(".")[0] for k in full})
+        self.ids = list(layers if layers is not None else range(n))
+        self.blocks = nn.ModuleList(Block(*(full[f"{i}.{p}"].clone() for p in PARAM_NAMES)) for i in self.ids)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+    def named_full(self, kind: str = "param") -> dict[str, torch.Tensor]:
+        """This module's tensors under the global names ('param' or 'grad')."""
+        out = {}
+        for i, b in zip(self.ids, self.blocks):
+            for p in PARAM_NAMES:
+                t = getattr(b, p)
+                out[f"{i}.{p}"] = (t if kind == "param" else t.grad).detach()
+        return out

@@ -1,0 +1,118 @@
+"""The descriptive plan of one sharding cell (the AXLearn lesson): mesh, strategy, schedule, model.
+
+Both backends read this dataclass; torch applies it imperatively (TorchTitan style, worker.py),
+JAX hands it to the compiler as shardings (jax_mlp.py). Nothing here imports torch or jax.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+# strategy -> the mesh axes it needs, in mesh order (outer axis first)
+STRATEGY_AXES = {"single": (), "dp": ("dp",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",),
+                 "dp_tp": ("dp", "tp"), "fsdp_tp": ("fsdp", "tp")}
+PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp"}
+BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
+
+
+class PlanError(ValueError):
+    """A plan that cannot run as written (names the key and the fix)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    backend: str = "torch_scratch"
+    strategy: str = "dp"
+    mesh: dict = field(default_factory=lambda: {"dp": 2})
+    schedule: str = "gpipe"            # pp only: gpipe | 1f1b
+    microbatches: int = 4              # pp only
+    model: str = "mlp"                 # mlp | gpt
+    dtype: str = "float32"             # float32 | float64
+    steps: int = 3                     # K optimizer steps compared against one device
+    batch_size: int = 16               # global batch (rows for the MLP, sequences for the GPT)
+    lr: float = 1e-3
+    seed: int = 1234
+    sequence_parallel: bool = False    # native TP on the GPT: shard LayerNorm/dropout activations on sequence
+    mlp: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "layers": 4})
+    gpt: dict = field(default_factory=lambda: {"vocab_size": 128, "block_size": 16, "n_layer": 2,
+                                               "n_head": 4, "n_embd": 32})
+    launch: dict = field(default_factory=lambda: {"nnodes": 1, "rdzv_endpoint": "", "node_rank": 0,
+                                                  "timeout_s": 120, "dist_backend": "gloo"})
+    fault: dict = field(default_factory=lambda: {"kill_rank": -1, "at_step": 1, "mode": "exit"})
+
+    @classmethod
+    def from_params(cls, params: dict) -> "Plan":
+        known = {k: v for k, v in params.items() if k in cls.__dataclass_fields__}
+        plan = cls(**known)
+        plan.check()
+        return plan
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # ---- derived facts -------------------------------------------------------------------
+    @property
+    def world(self) -> int:
+        return math.prod(self.mesh.values()) if self.mesh else 1
+
+    def axis(self, name: str) -> int:
+        return int(self.mesh.get(name, 1))
+
+    @property
+    def data_axis(self) -> str | None:
+        """The axis the batch is split on (dp or fsdp), if any."""
+        return next((a for a in ("dp", "fsdp") if a in self.mesh), None)
+
+    @property
+    def pretty(self) -> str:
+        return PRETTY.get(self.strategy, self.strategy)
+
+    @property
+    def mesh_str(self) -> str:
+        return "×".join(f"{k}{v}" for k, v in self.mesh.items()) or "1"
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise PlanError(f"sharding.backend {self.backend!r} unknown; use one of {BACKENDS}")
+        if self.strategy not in STRATEGY_AXES:
+            raise PlanError(f"sharding.strategy {self.strategy!r} unknown; use one of {list(STRATEGY_AXES)}")
+        want = STRATEGY_AXES[self.strategy]
+        if self.backend != "jax_lessons" and tuple(self.mesh) != want:
+            raise PlanError(f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
+                            f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}")
+        if any(int(v) < 1 for v in self.mesh.values()):
+            raise PlanError(f"sharding.mesh sizes must be >= 1, got {self.mesh}")
+        dp = self.axis(self.data_axis) if self.data_axis else 1
+        if self.batch_size % dp:
+            raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axis size {dp}")
+        if self.strategy == "pp":
+            if self.schedule not in ("gpipe", "1f1b"):
+                raise PlanError(f"sharding.schedule {self.schedule!r}: use gpipe or 1f1b")
+            if self.batch_size % self.microbatches:
+                raise PlanError(f"sharding.batch_size {self.batch_size} must divide by microbatches {self.microbatches}")
+        layers = self.mlp["layers"] if self.model == "mlp" else self.gpt["n_layer"]
+        if self.strategy == "pp" and layers % self.axis("pp"):
+            raise PlanError(f"sharding: {layers} layers do not split evenly over pp={self.axis('pp')} stages")
+        tp = self.axis("tp")
+        if self.model == "mlp" and self.mlp["hidden"] % tp:
+            raise PlanError(f"sharding.mlp.hidden {self.mlp['hidden']} must divide by tp={tp}")
+        if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
+            raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
+        if self.dtype not in ("float32", "float64"):
+            raise PlanError(f"sharding.dtype {self.dtype!r}: use float32 or float64")
+
+    @property
+    def bytes_per_elem(self) -> int:
+        return 8 if self.dtype == "float64" else 4
+
+    @property
+    def tolerance(self) -> float:
+        """The parity target: 1e-5 in fp32, 1e-12 in fp64."""
+        return 1e-12 if self.dtype == "float64" else 1e-5
+
+    def pipeline_bubble(self) -> float:
+        """Idle fraction of a GPipe/1F1B step, (S-1)/(M+S-1): 1F1B saves activation memory, not bubble."""
+        if self.strategy != "pp":
+            return 0.0
+        s, m = self.axis("pp"), self.microbatches
+        return (s - 1) / (m + s - 1)
