@@ -1,0 +1,149 @@
+"""Stage `sharding`: one parallelism plan per cell, run as real processes, checked against one device.
+
+Each cell is a descriptive plan (steps/parallel/plan.py: mesh, strategy, schedule, backend, model).
+Torch cells run `torchrun --nproc_per_node N -m steps.parallel.worker` (gloo on CPU, NCCL on CUDA);
+JAX cells a subprocess with N host devices. This job owns the cell's one MLflow run: it gathers
+every rank's JSON and logs parity (loss, gradients, parameters after K steps), tokens/s, per-rank
+state bytes and communication bytes against the analytic model, and the pipeline bubble.
+"""
+from __future__ import annotations
+
+import statistics
+
+from steps.tracking import InputError, stage_main
+
+REPORT_COLUMNS = {
+    "backend": "info.backend",
+    "strategy": "info.strategy",
+    "mesh": "info.mesh",
+    "world": "metrics.world",
+    "tokens/s": "metrics.tokens_per_s",
+    "state/rank measured÷analytic": "metrics.state_ratio",
+    "comm/step measured÷analytic": "metrics.comm_ratio",
+    "parity": "info.parity",
+    "notes": "info.notes",
+}
+
+
+def summarize(plan, ranks: list[dict]) -> dict:
+    """Cell metrics from every rank's record (rank 0 holds the parity numbers)."""
+    r0 = ranks[0]
+    steps = len(r0["step_s"])
+    # a step ends when its slowest rank ends; skip step 0 (allocator / thread-pool warm-up)
+    step_s = [max(r["step_s"][i] for r in ranks) for i in range(steps)]
+    timed = step_s[1:] if steps > 1 else step_s
+    per_sample = plan.gpt["block_size"] if plan.model == "gpt" else 1
+    state = [sum(r["state_bytes"].values()) for r in ranks]
+    comm = [statistics.mean(r["comm_bytes"]) for r in ranks]
+    a = r0["analytic"]
+    m = {
+        "world": plan.world,
+        "params": a["params"],
+        "parity_max_dloss": max(r0["dloss"]),
+        "parity_max_dgrad": max(r0["dgrad"]),
+        "parity_max_dparam": r0["dparam"],
+        "parity_tol": plan.tolerance,
+        "tokens_per_s": plan.batch_size * per_sample / statistics.median(timed),
+        "step_s_median": statistics.median(timed),
+        "state_bytes_rank_max": max(state),
+        "state_bytes_analytic": a["state_bytes"],
+        "state_ratio": max(state) / a["state_bytes"],
+        "comm_bytes_step": statistics.mean(comm),
+        "comm_bytes_analytic": a["comm_bytes"],
+        "comm_ratio": statistics.mean(comm) / a["comm_bytes"] if a["comm_bytes"] else float("nan"),
+        "peak_rss_rank_max": max(r["peak_rss_bytes"] for r in ranks),
+        "pipeline_bubble": plan.pipeline_bubble(),
+        "max_inflight_microbatches": max(r.get("max_inflight", 0) for r in ranks),
+    }
+    worst = max(m["parity_max_dloss"], m["parity_max_dgrad"], m["parity_max_dparam"])
+    m["parity_ok"] = float(worst <= plan.tolerance)
+    if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
+        m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]
+    return m
+
+
+def per_rank_table(ranks: list[dict]):
+    import pandas as pd
+    return pd.DataFrame([{"rank": r["rank"], **{f"{k}_bytes": v for k, v in r["state_bytes"].items()},
+                          "comm_bytes_step": statistics.mean(r["comm_bytes"]),
+                          "peak_rss_bytes": r["peak_rss_bytes"],
+                          "step_s_median": statistics.median(r["step_s"])} for r in ranks])
+
+
+def bar_charts(df, metrics: dict, title: str):
+    """Per-rank state (stacked params/grads/optimizer, analytic line) and comm per step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    bottom = None
+    for col, colour in (("params_bytes", "C0"), ("grads_bytes", "C1"), ("optim_bytes", "C2")):
+        ax1.bar(df["rank"], df[col] / 1024, bottom=bottom, color=colour, label=col.split("_")[0])
+        bottom = df[col] / 1024 if bottom is None else bottom + df[col] / 1024
+    ax1.axhline(metrics["state_bytes_analytic"] / 1024, color="k", ls="--", label="analytic")
+    ax1.set(xlabel="rank", ylabel="KiB", title="state per rank")
+    ax1.legend(fontsize=7)
+    ax2.bar(df["rank"], df["comm_bytes_step"] / 1024, color="C3", label="measured")
+    ax2.axhline(metrics["comm_bytes_analytic"] / 1024, color="k", ls="--", label="analytic")
+    ax2.set(xlabel="rank", ylabel="KiB sent / step", title="communication per rank")
+    ax2.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def run(ctx) -> dict:
+    from steps.parallel.launch import launch
+    from steps.parallel.plan import Plan, PlanError
+
+    params = dict(ctx.params)
+    try:
+        plan = Plan.from_params({**params, "seed": ctx.seed})
+    except PlanError as exc:
+        raise InputError(f"cell {ctx.cell}: {exc}") from None
+    if ctx.common.get("device") in ("cuda", "auto") and plan.backend.startswith("torch"):
+        if ctx.device.type == "cuda":  # raises SkipCell("skipped: no CUDA") for a cuda config here
+            plan = Plan.from_params({**plan.to_dict(), "launch": {**plan.launch, "dist_backend": "nccl"}})
+    ctx.set_tag("plan", plan.to_dict())
+    ranks = launch(plan, ctx.out / "ranks")
+    if plan.backend == "jax_lessons":
+        return lessons_metrics(ctx, ranks[0])
+    m = summarize(plan, ranks)
+    for step in range(len(ranks[0]["losses"])):
+        ctx.log_metrics({"loss": ranks[0]["losses"][step], "dgrad": ranks[0]["dgrad"][step],
+                         "comm_bytes": ranks[0]["comm_bytes"][step]}, step=step)
+    df = per_rank_table(ranks)
+    ctx.log_table(df, "per_rank")
+    title = f"{ctx.cell}: {plan.backend} {plan.pretty} mesh {plan.mesh_str}"
+    ctx.log_figure(bar_charts(df, m, title), "memory_comm")
+    for f in sorted((ctx.out / "ranks").glob("*.txt")):
+        ctx.log_artifact(f, "sharding")
+    worst = max(m["parity_max_dloss"], m["parity_max_dgrad"], m["parity_max_dparam"])
+    ctx.info.update(backend=plan.backend, strategy=plan.pretty, mesh=plan.mesh_str, model=plan.model,
+                    dtype=plan.dtype,
+                    parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
+                    notes=ranks[0].get("notes", "") or notes(plan, m))
+    return m
+
+
+def notes(plan, m: dict) -> str:
+    out = []
+    if plan.strategy == "pp":
+        out.append(f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}, "
+                   f"max in flight {int(m['max_inflight_microbatches'])}")
+    if plan.dtype == "float64":
+        out.append("fp64")
+    return "; ".join(out)
+
+
+def lessons_metrics(ctx, rec: dict) -> dict:
+    """jax_lessons: jit speed-up, lax.cond vs Python branching, sharding renderings."""
+    for f in sorted((ctx.out / "ranks").glob("*.txt")):
+        ctx.log_artifact(f, "sharding")
+    ctx.info.update(backend="jax_lessons", strategy="—", mesh=rec.get("mesh", ""), parity="",
+                    notes=rec.get("notes", ""))
+    return {k: v for k, v in rec.items() if isinstance(v, (int, float))}
+
+
+if __name__ == "__main__":
+    stage_main("sharding", run)
