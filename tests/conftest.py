@@ -1,0 +1,55 @@
+"""Shared fixtures: a real Snakemake smoke DAG in a temporary folder (run once per session)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "workflow" / "Snakefile"
+SMOKE = ROOT / "configs" / "smoke.yaml"
+
+
+def clean_env() -> dict:
+    """The environment for a child job: MLflow's `set_tracking_uri` exports MLFLOW_TRACKING_URI,
+    which would send the child's runs to another test's store."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run the real snakemake CLI on the project's Snakefile inside `workdir`."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir),
+           "--cores", "2", "--configfile", str(SMOKE), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
+    if check and proc.returncode != 0:
+        logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in (workdir / "results" / "logs").rglob("*.log")
+                         if "rror" in p.read_text()) if (workdir / "results" / "logs").exists() else ""
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stderr[-6000:]}\n{logs}")
+    return proc
+
+
+def run_stage(workdir: Path, stage: str, params: dict, cell: str = "main", common: dict | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
+    """Run one stage module as Snakemake would (`python -m steps.<stage> --cfg ... --out ...`)."""
+    cfg = {"stage": stage, "cell": cell, "params": params,
+           "common": {"seed": 1234, "device": "cpu", "threads": 1, "tracking": {"uri": None}, **(common or {})}}
+    proc = subprocess.run([sys.executable, "-m", f"steps.{stage}", "--out", f"results/{stage}/{cell}",
+                           "--cfg", json.dumps(cfg)], cwd=workdir, capture_output=True, text=True, timeout=600,
+                          env=clean_env())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{stage} failed:\n{proc.stderr[-5000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def smoke_dag(tmp_path_factory) -> Path:
+    """The whole smoke DAG, run once; tests read its outputs and its MLflow database."""
+    work = tmp_path_factory.mktemp("smoke_dag")
+    snakemake(work)
+    return work
