@@ -19,6 +19,8 @@ def clean_env() -> dict:
     which would send the child's runs to another test's store."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    # rules run `python -m steps...`: make that the interpreter running the tests
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
 
