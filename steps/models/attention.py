@@ -39,6 +39,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.impl = config.attn
         self.rope = config.pos == "rope"
+        self.softmax = softmax  # manual path's softmax; the perf stage plugs in a fused kernel
 
     def forward(self, x, layer_past=None, use_cache=False):
         B, T, _ = x.shape
@@ -60,7 +61,7 @@ class CausalSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         elif self.impl == "manual":
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
-            att = softmax(att, causal_mask(T, k.shape[2], x.device))
+            att = self.softmax(att, causal_mask(T, k.shape[2], x.device))
             y = F.dropout(att, p, self.training) @ v
         else:
             raise ValueError(f"attn must be 'sdpa' or 'manual', got {self.impl!r}")

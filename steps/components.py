@@ -1,0 +1,45 @@
+"""components: every hand-written piece of the GPT against an independent reference.
+
+Softmax/linear/LayerNorm/RMSNorm autograd Functions (forward vs torch and NumPy, backward vs
+autograd, Jacobian vs finite differences, gradcheck), sinusoidal PE, both RoPE layouts (vs
+transformers' GPT-J and Llama rotary code), masks, attention paths, GELUs. All float64.
+Other modules add rows with steps.models.checks.register_parity; list them in `extra_modules`.
+"""
+from __future__ import annotations
+
+import importlib
+
+from steps.tracking import StageRun, stage_main
+
+REPORT_COLUMNS = {
+    "checks": "metrics.n_checks",
+    "passed": "metrics.n_pass",
+    "all pass": "metrics.all_pass",
+    "worst err / tol": "metrics.worst_err_over_tol",
+}
+
+
+def run(ctx: StageRun) -> dict:
+    import pandas as pd
+    import torch
+
+    from steps.models.checks import parity_rows
+
+    for name in ctx.params["extra_modules"]:
+        importlib.import_module(name)  # registers its checks via @register_parity
+    torch.manual_seed(ctx.seed)
+    df = pd.DataFrame(parity_rows(ctx.params))
+    ctx.log_table(df, "parity")
+    failed = df[~df["pass"]]
+    for _, r in failed.iterrows():
+        print(f"FAIL {r.component} vs {r.reference}: {r.max_abs_err:.3g} > {r.tolerance:g}")
+    ratio = (df.max_abs_err / df.tolerance.where(df.tolerance > 0)).max()
+    ctx.info["failed"] = [f"{r.component} vs {r.reference}" for _, r in failed.iterrows()]
+    if len(failed) and ctx.params["fail_on_mismatch"]:
+        raise AssertionError(f"{len(failed)} parity checks failed: {ctx.info['failed']}")
+    return {"n_checks": len(df), "n_pass": int(df["pass"].sum()), "all_pass": float(failed.empty),
+            "worst_err_over_tol": float(ratio)}
+
+
+if __name__ == "__main__":
+    stage_main("components", run)

@@ -1,0 +1,101 @@
+"""gpt_parity: our GPT equals Hugging Face GPT-2 — weights both ways, every layer forward,
+every parameter's gradient, and greedy decoding token for token.
+
+One cell per GPT2Config (random init, offline) or a hub checkpoint (`pretrained: gpt2`).
+Variants: "fast" (nn.Linear/nn.LayerNorm/SDPA, the training path) and "custom" (the
+hand-written autograd Functions + manual attention).
+float64: every point <= tol_fp64 (1e-10). float32: logits <= tol_fp32_logits (1e-4, absolute);
+other points <= tol_fp32_rel * max(1, |reference|).
+"""
+from __future__ import annotations
+
+from steps.tracking import InputError, StageRun, stage_main
+
+REPORT_COLUMNS = {
+    "model": "info.model",
+    "params": "metrics.n_params",
+    "fp64 worst fwd err": "metrics.float64_forward_max_err",
+    "fp64 worst grad err": "metrics.float64_gradient_max_err",
+    "fp32 logits err": "metrics.float32_logits_err",
+    "greedy == HF": "metrics.greedy_match",
+    "all pass": "metrics.all_pass",
+}
+
+
+def load_hf(p, dtype):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if p["pretrained"]:
+        try:
+            return GPT2LMHeadModel.from_pretrained(p["pretrained"], dtype=dtype)
+        except OSError as exc:
+            raise InputError(f"gpt_parity.pretrained={p['pretrained']!r} cannot be loaded ({exc}); "
+                             "fix: use a cell with hf_config (random init) offline") from None
+    cfg = GPT2Config(**{"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+                        "bos_token_id": None, "eos_token_id": None, **p["hf_config"]})
+    torch.manual_seed(p["init_seed"])
+    return GPT2LMHeadModel(cfg).to(dtype)
+
+
+def greedy_rows(hf, ours, prompt, n_new, dtype_name):
+    import torch
+
+    from steps.models.generate import generate
+    ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                      max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0,
+                      eos_token_id=None, num_beams=1)
+    cached = generate(ours, prompt, n_new, use_cache=True)
+    uncached = generate(ours, prompt, n_new, use_cache=False)
+    return [{"kind": "generate", "point": f"greedy {dtype_name}, {name} vs HF generate(do_sample=False)",
+             "max_abs_err": float((seq != ref).sum()), "ref_max_abs": float(ref.shape[1]),
+             "tolerance": 0.0, "pass": bool(torch.equal(seq, ref))}
+            for name, seq in (("KV cache", cached), ("no cache", uncached))]
+
+
+def run(ctx: StageRun) -> dict:
+    import pandas as pd
+    import torch
+
+    from steps.models.parity import compare
+
+    p = ctx.params
+    device = ctx.device
+    if p["pretrained"] and device.type != "cuda" and not p["allow_cpu_pretrained"]:
+        from steps.tracking import SkipCell
+        raise SkipCell("skipped: pretrained checkpoint cell runs on CUDA (set allow_cpu_pretrained)")
+    rows = []
+    for dtype_name in p["dtypes"]:
+        dtype = getattr(torch, dtype_name)
+        hf = load_hf(p, dtype).to(device).eval()
+        g = torch.Generator().manual_seed(ctx.seed)
+        V, n_pos = hf.config.vocab_size, hf.config.n_positions
+        T = min(p["seq_len"], n_pos)
+        ids = torch.randint(0, V, (p["batch_size"], T), generator=g).to(device)
+        fp64 = dtype == torch.float64
+        for variant in p["variants"]:
+            hf.zero_grad(set_to_none=True)
+            r, ours = compare(hf, ids, p["tol_fp64"], None if fp64 else p["tol_fp32_rel"],
+                              p["tol_fp64"] if fp64 else p["tol_fp32_logits"], custom=variant == "custom")
+            prompt = ids[:, : min(p["prompt_len"], n_pos - p["new_tokens"])]
+            r += greedy_rows(hf, ours, prompt, p["new_tokens"], dtype_name)
+            rows += [{"dtype": dtype_name, "variant": variant, **x} for x in r]
+        ctx.info["model"] = p["pretrained"] or "GPT2Config(" + ", ".join(f"{k}={v}" for k, v in p["hf_config"].items()) + ")"
+        n_params = ours.num_params(non_embedding=False)
+    df = pd.DataFrame(rows)
+    ctx.log_table(df, "parity")
+    out = {"n_params": n_params, "all_pass": float(df["pass"].all()), "n_checks": len(df)}
+    for (dt, kind), grp in df.groupby(["dtype", "kind"]):  # worst over both variants
+        out[f"{dt}_{kind}_max_err"] = float(grp.max_abs_err.max())
+    for dt, grp in df[df.point == "logits"].groupby("dtype"):
+        out[f"{dt}_logits_err"] = float(grp.max_abs_err.max())
+    gen = df[df.kind == "generate"]
+    out["greedy_match"] = float(gen["pass"].all())
+    ctx.info["failed"] = [f"{r.dtype} {r.variant} {r.point}" for r in df[~df["pass"]].itertuples()]
+    if ctx.info["failed"] and p["fail_on_mismatch"]:
+        raise AssertionError(f"parity failed at {ctx.info['failed'][:10]}")
+    return out
+
+
+if __name__ == "__main__":
+    stage_main("gpt_parity", run)

@@ -1,0 +1,207 @@
+"""gpt_train: train our GPT on the corpus with the trained tokenizer, then benchmark it
+against HF GPT2LMHeadModel (same config, batch, dtype) and sample from it.
+
+Logs per-step train loss / lr / grad norm, periodic validation loss and perplexity, tokens/s and
+MFU (model FLOPs 6N + 12·L·d·T per token against the matmul peak measured here, same dtype and
+threads), a loss-curve plot, and generated samples. Writes ckpt.pt (+ tokenizer/) for
+`python -m steps.chat --checkpoint results/gpt_train/<cell>/ckpt.pt`; a killed job resumes from it.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from steps import paths
+from steps.tracking import InputError, StageRun, stage_main
+
+REPORT_COLUMNS = {
+    "params (non-emb)": "metrics.n_params_non_embedding",
+    "steps": "metrics.steps",
+    "val loss start": "metrics.val_loss_initial",
+    "val loss end": "metrics.val_loss_final",
+    "val ppl": "metrics.val_ppl_final",
+    "tokens/s": "metrics.tokens_per_s",
+    "MFU": "metrics.mfu",
+    "ours/HF fp32": "metrics.bench_float32_ours_over_hf",
+    "ours/HF bf16": "metrics.bench_bfloat16_ours_over_hf",
+    "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
+}
+FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min_lr_ratio",
+                    "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens")
+
+
+def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
+    """One stream: documents joined by EOS so the model learns where texts end."""
+    import numpy as np
+
+    eos = tok.eos_token_id
+    out, n = [], 0
+    for i in range(0, len(texts), 256):
+        for ids in tok(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
+            out.append(np.asarray(ids + ([eos] if eos is not None else []), dtype=np.int32))
+            n += len(out[-1])
+        if max_tokens and n >= max_tokens:
+            break
+    stream = np.concatenate(out)
+    return stream[:max_tokens] if max_tokens else stream
+
+
+def load_data(p, seed):
+    import datasets
+    from transformers import AutoTokenizer
+
+    from steps.models.training import TokenWindows
+    for d in (paths.CORPUS_DIR, paths.TOKENIZER_DIR):
+        if not d.exists():
+            raise InputError(f"{d} does not exist; fix: run `snakemake --cores 2 {d}` (data.smk) first")
+    tok = AutoTokenizer.from_pretrained(str(paths.TOKENIZER_DIR))
+    dd = datasets.load_from_disk(str(paths.CORPUS_DIR))
+    for split in ("train", "validation"):
+        if split not in dd or "text" not in dd[split].column_names:
+            raise InputError(f"{paths.CORPUS_DIR}: needs splits train/validation with column 'text'; "
+                             f"found {dict((k, v.column_names) for k, v in dd.items())}")
+    T = p["model"]["block_size"]
+    train = tokenize_split(tok, dd["train"]["text"], p["max_train_tokens"])
+    val = tokenize_split(tok, dd["validation"]["text"], p["max_train_tokens"])
+    return tok, TokenWindows(train, T, seed), TokenWindows(val, T, seed + 1)
+
+
+def model_config(p, tok):
+    from steps.models.gpt import GPTConfig
+
+    cfg = dict(p["model"])
+    cfg["vocab_size"] = cfg.get("vocab_size") or len(tok)
+    if cfg["vocab_size"] < len(tok):
+        raise InputError(f"gpt_train.model.vocab_size={cfg['vocab_size']} < tokenizer size {len(tok)}")
+    return GPTConfig(**cfg)
+
+
+def run_benchmark(ctx, cfg, peaks, device) -> dict:
+    """Ours vs HF GPT-2 (same config, init, batch, dtype): training steps/s, interleaved runs."""
+    import torch
+
+    from steps.models.gpt import GPTLMHeadModel
+    from steps.models.hf_convert import to_hf
+    from steps.models.training import benchmark
+    from steps.hardware import gpt_flops_per_token
+
+    b = ctx.params["bench"]
+    torch.manual_seed(ctx.seed)
+    ref = GPTLMHeadModel(cfg)
+    try:
+        hf_ref = to_hf(ref)
+    except ValueError as exc:
+        ctx.info["bench"] = f"no HF equivalent: {exc}"
+        return {}
+    hf_ref.config._attn_implementation = "sdpa"
+    batch = torch.randint(0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size),
+                          generator=torch.Generator().manual_seed(ctx.seed)).to(device)
+    fpt = gpt_flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
+    import copy
+    out, rows = {}, []
+    for dtype in b["dtypes"]:
+        best = {"ours": 0.0, "hf": 0.0}
+        for _ in range(b["repeats"]):  # interleave so background load hits both alike
+            for name, m in (("ours", ref), ("hf", hf_ref)):
+                sps = benchmark(lambda m=m: copy.deepcopy(m), batch, device, dtype, b["steps"], b["warmup"])
+                best[name] = max(best[name], sps)
+        tok_s = best["ours"] * batch.numel()
+        out[f"bench_{dtype}_ours_steps_s"] = best["ours"]
+        out[f"bench_{dtype}_hf_steps_s"] = best["hf"]
+        out[f"bench_{dtype}_ours_over_hf"] = best["ours"] / best["hf"]
+        out[f"bench_{dtype}_ours_tokens_s"] = tok_s
+        out[f"bench_{dtype}_ours_mfu"] = tok_s * fpt / peaks[dtype]
+        rows.append({"dtype": dtype, "ours steps/s": best["ours"], "HF steps/s": best["hf"],
+                     "ours/HF": best["ours"] / best["hf"], "ours tokens/s": tok_s,
+                     "ours % of matmul peak": 100 * tok_s * fpt / peaks[dtype],
+                     "matmul peak GFLOP/s": peaks[dtype] / 1e9})
+        print(f"bench {dtype}: ours {best['ours']:.2f} steps/s, HF {best['hf']:.2f} steps/s")
+    import pandas as pd
+    ctx.log_table(pd.DataFrame(rows), "benchmark")
+    return out
+
+
+def plot_curves(ctx, history):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([h["step"] for h in history], [h["train_loss"] for h in history], lw=0.8, label="train")
+    ev = [h for h in history if "val_loss" in h]
+    ax.plot([h["step"] for h in ev], [h["val_loss"] for h in ev], "o-", label="validation")
+    ax.set_xlabel("optimizer step"), ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(f"gpt_train:{ctx.cell}"), ax.legend(), ax.grid(alpha=0.3)
+    ctx.log_figure(fig, "loss_curve")
+    plt.close(fig)
+
+
+def write_samples(ctx, model, tok, device) -> None:
+    import torch
+
+    from steps.models.generate import beam_search, generate
+    s = ctx.params["samples"]
+    g = torch.Generator().manual_seed(ctx.seed)
+    lines = [f"# Samples from gpt_train:{ctx.cell}\n"]
+    for prompt in s["prompts"]:
+        ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=device)
+        ways = {"greedy": generate(model, ids, s["max_new_tokens"], eos_token_id=tok.eos_token_id),
+                f"sample T={s['temperature']} top_k={s['top_k']} top_p={s['top_p']}":
+                    generate(model, ids, s["max_new_tokens"], do_sample=True, temperature=s["temperature"],
+                             top_k=s["top_k"], top_p=s["top_p"], eos_token_id=tok.eos_token_id, generator=g),
+                f"beam {s['num_beams']}": beam_search(model, ids, s["num_beams"], s["max_new_tokens"],
+                                                      eos_token_id=tok.eos_token_id)[0]}
+        lines.append(f"## Prompt: {prompt!r}\n")
+        for name, seq in ways.items():
+            lines.append(f"**{name}**\n\n```\n{tok.decode(seq[0].tolist())}\n```\n")
+    ctx.log_text("\n".join(lines), "samples.md")
+
+
+def run(ctx: StageRun) -> dict:
+    import torch
+
+    from steps.config import config_hash
+    from steps.hardware import gpt_flops_per_token, matmul_peak_flops
+    from steps.models.gpt import GPTLMHeadModel
+    from steps.models.training import evaluate, train
+
+    ctx.seed_everything()  # now that torch is imported: seeds it and sets its thread count
+    p, device = ctx.params, ctx.device
+    tok, train_data, val_data = load_data(p, ctx.seed)
+    cfg = model_config(p, tok)
+    torch.manual_seed(ctx.seed)
+    model = GPTLMHeadModel(cfg).to(device)
+    n_params = model.num_params()
+    print(f"model: {n_params / 1e6:.2f} M non-embedding params, {len(train_data.tokens)} train tokens")
+    val0 = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+
+    tok.save_pretrained(str(ctx.out / "tokenizer"))
+    extra = {"fingerprint": config_hash({k: p[k] for k in FINGERPRINT_KEYS}), "config": cfg.__dict__,
+             "tokenizer": "tokenizer", "seed": ctx.seed}
+    state = train(model, train_data, val_data, p, device, ctx.out / "ckpt.pt", extra,
+                  log=ctx.log_metrics, progress=lambda it, **kw: ctx.progress(it, desc="train", **kw),
+                  stop_after=p["stop_after_steps"])
+    (ctx.out / "history.json").write_text(json.dumps(state.history))
+    plot_curves(ctx, state.history)
+
+    dtypes = sorted({p["dtype"], *p["bench"]["dtypes"]}) if p["bench"]["enabled"] else [p["dtype"]]
+    peaks = {dt: matmul_peak_flops(dt, device.type) for dt in dtypes}  # measured once, this run
+    fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
+    tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
+    val_final = [h["val_loss"] for h in state.history if "val_loss" in h][-1:] or [float("nan")]
+    out = {"n_params_non_embedding": n_params, "steps": state.step, "val_loss_initial": val0,
+           "val_loss_final": val_final[0], "val_ppl_final": math.exp(val_final[0]),
+           "val_loss_drop": val0 - val_final[0], "train_loss_final": state.history[-1]["train_loss"]
+           if state.history else float("nan"), "tokens_per_s": tokens_s, "flops_per_token": fpt,
+           "mfu": tokens_s * fpt / peaks[p["dtype"]], **{f"matmul_peak_{k}": v for k, v in peaks.items()},
+           "train_tokens": len(train_data.tokens), "val_tokens": len(val_data.tokens)}
+    print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
+    write_samples(ctx, model, tok, device)
+    if p["bench"]["enabled"]:
+        out.update(run_benchmark(ctx, cfg, peaks, device))
+    ctx.log_artifact(ctx.out / "history.json")
+    return out
+
+
+if __name__ == "__main__":
+    stage_main("gpt_train", run)

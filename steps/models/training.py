@@ -1,0 +1,175 @@
+"""Training loop pieces: token windows, AdamW with decay groups, warmup+cosine LR, grad
+accumulation and clipping, evaluation, checkpoints that make a killed run resume exactly.
+
+Exact resume: the batch of step s is drawn from an RNG seeded by (seed, s, micro-step), and the
+checkpoint holds model, optimizer, torch RNG (dropout) and the metric history, so a run killed
+after step k and restarted reaches the same weights as one that never stopped.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from steps.models.gpt import GPTLMHeadModel
+
+
+class TokenWindows:
+    """Random windows of a 1-D token stream; labels are the inputs (the model shifts)."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int, seed: int):
+        if len(tokens) <= block_size:
+            raise ValueError(f"only {len(tokens)} tokens for block_size {block_size}")
+        self.tokens, self.T, self.seed = torch.from_numpy(tokens.astype(np.int64)), block_size, seed
+
+    def batch(self, batch_size: int, *key: int) -> torch.Tensor:
+        rng = np.random.default_rng([self.seed, *key])
+        starts = torch.from_numpy(rng.integers(0, len(self.tokens) - self.T, batch_size))
+        return self.tokens[starts[:, None] + torch.arange(self.T)]
+
+
+def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -> float:
+    """Linear warmup to lr, then cosine decay to lr * min_ratio at max_steps."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def make_optimizer(model, lr: float, weight_decay: float, betas=(0.9, 0.95)):
+    """Decay matrices (weights of Linear/Embedding); never biases or norm gains (1-D tensors)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused)
+
+
+def autocast(device: torch.device, dtype: str):
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=getattr(torch, dtype))
+
+
+def train_step(model, opt, batches, device, dtype: str, grad_clip: float) -> tuple[float, float]:
+    """One optimizer step over len(batches) micro-batches; returns (mean loss, grad norm)."""
+    total = 0.0
+    for x in batches:
+        x = x.to(device, non_blocking=True)
+        with autocast(device, dtype):
+            loss = model(x, labels=x).loss / len(batches)
+        loss.backward()
+        total += loss.item()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else torch.zeros(())
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return total, float(norm)
+
+
+@torch.no_grad()
+def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, dtype: str) -> float:
+    was = model.training
+    model.eval()
+    losses = []
+    for i in range(n_batches):
+        x = data.batch(batch_size, 10**9, i).to(device)  # the same validation windows every time
+        with autocast(device, dtype):
+            losses.append(model(x, labels=x).loss.item())
+    model.train(was)
+    return float(np.mean(losses))
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    history: list = field(default_factory=list)   # dicts: step, lr, train_loss[, val_loss]
+    train_time_s: float = 0.0
+    tokens: int = 0
+
+
+def save_checkpoint(path: Path, model, opt, state: TrainState, extra: dict) -> None:
+    """Atomic (write + rename): a kill during the save leaves the previous checkpoint intact."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state.__dict__,
+                "torch_rng": torch.get_rng_state(), **extra}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, model, opt) -> tuple[TrainState, dict]:
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    torch.set_rng_state(ck["torch_rng"])
+    return TrainState(**ck["state"]), ck
+
+
+def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindows, p: dict,
+          device, ckpt: Path, extra: dict, log=lambda metrics, step: None, progress=None,
+          stop_after: int | None = None) -> TrainState:
+    """Train to p['max_steps'], resuming from `ckpt` if it exists with the same fingerprint.
+    `stop_after` ends the loop early (after its checkpoint) — the tests' stand-in for a kill."""
+    opt = make_optimizer(model, p["lr"], p["weight_decay"], p["betas"])
+    state = TrainState()
+    if ckpt.exists() and p["resume"]:
+        ck = torch.load(ckpt, map_location="cpu", weights_only=False)
+        if ck.get("fingerprint") == extra.get("fingerprint"):
+            state, _ = load_checkpoint(ckpt, model, opt)
+            print(f"resumed from {ckpt} at step {state.step}")
+        else:
+            print(f"{ckpt} belongs to another config: starting fresh")
+    model.train()
+    steps = range(state.step, p["max_steps"])
+    bar = progress(steps, total=p["max_steps"], initial=state.step) if progress else steps
+    for step in bar:
+        lr = lr_at(step, p["lr"], p["warmup_steps"], p["max_steps"], p["min_lr_ratio"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batches = [train_data.batch(p["batch_size"], step, m) for m in range(p["grad_accum"])]
+        t0 = time.perf_counter()
+        loss, gnorm = train_step(model, opt, batches, device, p["dtype"], p["grad_clip"])
+        state.train_time_s += time.perf_counter() - t0
+        state.tokens += sum(b.numel() for b in batches)
+        state.step = step + 1
+        rec = {"step": state.step, "lr": lr, "train_loss": loss, "grad_norm": gnorm}
+        if state.step % p["eval_interval"] == 0 or state.step == p["max_steps"]:
+            rec["val_loss"] = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+            rec["val_ppl"] = math.exp(rec["val_loss"])
+        state.history.append(rec)
+        log({k: v for k, v in rec.items() if k != "step"}, state.step)
+        if progress:
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        if state.step % p["ckpt_interval"] == 0 or state.step == p["max_steps"]:
+            save_checkpoint(ckpt, model, opt, state, extra)
+        if stop_after is not None and state.step >= stop_after:
+            break
+    return state
+
+
+def benchmark(make_model, batch: torch.Tensor, device, dtype: str, steps: int, warmup: int,
+              repeats: int = 1) -> float:
+    """Training steps/s (forward + backward + AdamW) of a fresh model; best of `repeats` timed
+    windows. `make_model()` returns a model whose forward takes (input_ids, labels=)."""
+    model = make_model().to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    best = 0.0
+    for r in range(repeats):
+        for i in range(warmup + steps):
+            if i == warmup:
+                sync()
+                t0 = time.perf_counter()
+            with autocast(device, dtype):
+                loss = model(batch, labels=batch).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        sync()
+        best = max(best, steps / (time.perf_counter() - t0))
+        warmup = 1
+    return best

@@ -1,0 +1,30 @@
+# GPT from scratch: component parity, HF GPT-2 parity (one cell per config), training.
+
+rule components:
+    output: metrics="results/components/{cell}/metrics.json"
+    params: cfg=job_config(register("components"))
+    log: "results/logs/components/{cell}.log"
+    benchmark: "results/benchmarks/components/{cell}.tsv"
+    threads: config["threads"]
+    shell: STAGE_SHELL
+
+
+rule gpt_parity:
+    output: metrics="results/gpt_parity/{cell}/metrics.json"
+    params: cfg=job_config(register("gpt_parity"))
+    log: "results/logs/gpt_parity/{cell}.log"
+    benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
+    threads: config["threads"]
+    shell: STAGE_SHELL
+
+
+rule gpt_train:
+    input:
+        corpus="results/data/corpus",
+        tokenizer="results/data/tokenizer",
+    output: metrics="results/gpt_train/{cell}/metrics.json"
+    params: cfg=job_config(register("gpt_train"))
+    log: "results/logs/gpt_train/{cell}.log"
+    benchmark: "results/benchmarks/gpt_train/{cell}.tsv"
+    threads: config["threads"]
+    shell: STAGE_SHELL
