@@ -1,11 +1,15 @@
 # The DAG's final target: one table per stage from this DAG's metrics.json files and MLflow runs.
-# Included last, so every stage registered above feeds it.
+# Included last, so every stage registered above feeds it. Outputs marked report() also appear in
+# `snakemake --report results/report.html`.
 
 rule report:
     input:
         lambda wildcards: [f for stage in STAGES for f in stage_outputs(stage)],
     output:
         index="results/reports/index.md",
+        html=report("results/reports/index.html", caption="report.rst", category="Report"),
+        plots=report(directory("results/reports/plots"), patterns=["{name}.png"], category="Plots"),
+        metrics="results/reports/metrics.json",
     params:
         cfg=lambda wildcards: json.dumps({
             "stage": "report", "cell": "main",
@@ -15,5 +19,4 @@ rule report:
     log: "results/logs/report/main.log"
     benchmark: "results/benchmarks/report/main.tsv"
     threads: 1
-    shell:
-        "python -m steps.report --out results/reports --cfg {params.cfg:q} > {log} 2>&1"
+    shell: STAGE_SHELL

@@ -1,0 +1,43 @@
+"""Serve this lab's MLflow store on localhost: `python -m steps.ui [--port 0]`.
+
+A thin launcher around the real `mlflow server` (same as `mlflow ui --backend-store-uri
+sqlite:///results/mlflow.db --host 127.0.0.1`), which also picks a free port when asked and refuses
+a missing database instead of silently creating an empty one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+
+from steps import paths
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+            f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m steps.ui", description=__doc__)
+    ap.add_argument("--db", type=Path, default=paths.MLFLOW_DB, help="default: results/mlflow.db")
+    ap.add_argument("--port", type=int, default=5000, help="0 = any free port")
+    args = ap.parse_args(argv)
+    if not args.db.exists():
+        sys.exit(f"{args.db} does not exist: run `snakemake --cores all` first, or pass --db")
+    port = args.port or free_port()
+    print(f"MLflow UI on http://127.0.0.1:{port}  (Ctrl-C to stop)", flush=True)
+    cmd = server_command(args.db, port)
+    os.execv(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The report and the MLflow UI on a real smoke DAG; profiles plan the DAG offline."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, clean_env, snakemake
+from tests.test_pipeline import _smoke_cells
+
+pytestmark = pytest.mark.slow
+
+
+def test_report_numbers_equal_mlflow_metrics(smoke_dag):
+    from tests.test_foundation import _runs
+    from steps.report import hooks
+    runs = _runs(smoke_dag)
+    from steps.tracking import store
+    client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
+    checked = 0
+    for stage in _smoke_cells():
+        table = pd.read_csv(smoke_dag / "results/reports" / f"{stage}.csv", keep_default_na=False)
+        columns = hooks(stage)["REPORT_COLUMNS"] or {}
+        for _, row in table[table["status"] == "ok"].iterrows():
+            metrics = client.get_run(row["run_id"]).data.metrics
+            for title, ref in columns.items():
+                kind, _, key = ref.partition(".")
+                if kind == "metrics" and key in metrics and row[title] != "":
+                    assert float(row[title]) == pytest.approx(metrics[key], rel=1e-12), (stage, title)
+                    checked += 1
+    assert checked >= 5
+    html = (smoke_dag / "results/reports/index.html").read_text()
+    assert "<table>" in html and "/#/experiments/" in html
+    assert "## Headline" in (smoke_dag / "results/reports/index.md").read_text()
+
+
+def test_narrowed_matrix_narrows_tables(smoke_dag, tmp_path):
+    stage, stage_cells = next((s, c) for s, c in _smoke_cells().items() if len(c) >= 2)
+    work = tmp_path / "copy"
+    shutil.copytree(smoke_dag, work, symlinks=True)
+    snakemake(work, "--config", f"{stage}={json.dumps({'select': stage_cells[:1]})}")
+    table = pd.read_csv(work / "results/reports" / f"{stage}.csv")
+    assert list(table["cell"]) == stage_cells[:1]
+
+
+def _get(url: str, body: dict | None = None) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_ui_server_serves_every_run_with_tags(smoke_dag):
+    from steps.ui import free_port
+    port = free_port()
+    proc = subprocess.Popen([*map(str, [__import__("sys").executable, "-m", "steps.ui", "--port", port])],
+                            cwd=smoke_dag, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"{base}/health", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                time.sleep(0.5)
+        exps = _get(f"{base}/api/2.0/mlflow/experiments/search", {"max_results": 1000})["experiments"]
+        names = {e["name"] for e in exps}
+        ids = [e["experiment_id"] for e in exps]
+        runs = _get(f"{base}/api/2.0/mlflow/runs/search", {"experiment_ids": ids, "max_results": 1000})["runs"]
+        by_id = {r["info"]["run_id"]: r for r in runs}
+        for stage, stage_cells in _smoke_cells().items():
+            assert f"n00bgpt/{stage}" in names
+            for cell in stage_cells:
+                rec = json.loads((smoke_dag / "results" / stage / cell / "metrics.json").read_text())
+                tags = {t["key"]: t["value"] for t in by_id[rec["run_id"]]["data"]["tags"]}
+                assert tags["rule"] == stage and tags["cell"] == cell and tags["config_hash"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("profile", ["slurm", "workstation"])
+def test_profiles_plan_the_dag(tmp_path, profile):
+    extra = ["--configfile", str(ROOT / "configs/gpu.yaml")] if profile == "workstation" else []
+    proc = snakemake(tmp_path, "-n", "--profile", str(ROOT / "workflow/profiles" / profile), *extra)
+    out = proc.stdout + proc.stderr
+    assert "rule report:" in out or "report" in out
+    assert "This was a dry-run" in out
