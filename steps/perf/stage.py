@@ -1,0 +1,265 @@
+"""perf: one cell of the single-device performance matrix (a GPT training step with some knobs
+changed from the baseline), timed, with its memory accounted for.
+
+Per cell: tokens/s (median and p10/p90 of the timed steps after warm-up), MFU against the matmul
+peak measured in this job for the cell's dtype, peak memory, loss after warm-up + timed steps
+from the same seed, speedup and loss drift against the baseline cell (read from its
+metrics.json: the rule makes every other cell depend on it). The timeline cell also records the
+seed's memory timeline over its first two steps.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from steps.config import ConfigError
+from steps.tracking import StageRun
+
+MiB = 2**20
+# Keys whose change alters the data or the optimisation path: the loss is then not comparable.
+SAME_TRAJECTORY = ("model", "batch_size", "data_batches", "warmup_steps", "timed_steps", "lr",
+                   "weight_decay")
+NOT_A_CHANGE = ("desc",)
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def describe_change(params: dict, base: dict) -> str:
+    """`k=v` for every resolved key that differs from the baseline cell's resolved config."""
+    a, b = flat(params), flat(base)
+    return ", ".join(f"{k}={a.get(k)}" for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k) and k.split(".")[0] not in NOT_A_CHANGE)
+
+
+def load_baseline(ctx: StageRun) -> dict | None:
+    """The baseline cell's metrics.json (None for the baseline itself or a lone manual run)."""
+    name = ctx.params["baseline_cell"]
+    path = ctx.out.parent / name / "metrics.json"
+    if ctx.cell == name or not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    return rec if rec.get("status") == "ok" else None
+
+
+def compare_to_baseline(ctx: StageRun, metrics: dict) -> None:
+    """speedup and loss drift vs the baseline cell, plus the Change column text."""
+    base = load_baseline(ctx)
+    if ctx.cell == ctx.params["baseline_cell"]:
+        metrics |= {"speedup": 1.0, "loss_drift": 0.0}
+        ctx.info["change"] = ""
+        return
+    if base is None:
+        ctx.info["change"] = "(baseline not available)"
+        return
+    bp = base["info"]["params"]
+    ctx.info["change"] = describe_change(ctx.params, bp)
+    metrics["speedup"] = metrics["tokens_per_s"] / base["metrics"]["tokens_per_s"]
+    if all(flat({k: ctx.params[k]}) == flat({k: bp[k]}) for k in SAME_TRAJECTORY):
+        metrics["loss_drift"] = metrics["loss"] - base["metrics"]["loss"]
+    else:
+        ctx.info["drift_note"] = "different batches or schedule: loss not comparable"
+
+
+class Timeline:
+    """The seed's memory checkpoints for the first steps of the timeline cell."""
+
+    def __init__(self, device, analytic: dict):
+        from steps.perf.memory import MemoryProbe
+
+        warm_lazy_imports(device)  # else RSS jumps at the first optimizer/backward: code, not data
+        self.probe, self.analytic = MemoryProbe(device), analytic
+        self.meter, self.iteration, self.hooks = None, -1, []
+
+    def __call__(self, label: str, ts=None) -> None:
+        from steps.perf.memory import timeline_analytic
+
+        model, opt = getattr(ts, "model", None), getattr(ts, "optimizer", None)
+        saved = self.meter.bytes if self.meter and label.startswith(("inside", "after forward")) else 0
+        if label == "after backward" and self.meter:
+            self.meter.reset()  # backward frees what forward saved
+        expected = 0.0 if model is None else timeline_analytic(self.analytic, label, bool(opt and opt.state))
+        self.probe(label, self.iteration, model, opt, saved, expected)
+
+    def attach(self, ts) -> None:
+        """Forward hooks on the blocks: "inside forward i" after block i (eager models only)."""
+        from steps.perf.memory import SavedTensorMeter
+
+        self.meter = SavedTensorMeter(ts.model)
+        self.hooks = [block.register_forward_hook(lambda m, a, o, i=i: self(f"inside forward {i + 1}", ts))
+                      for i, block in enumerate(ts.model.transformer.h)]
+
+    def step(self, ts, x) -> tuple[float, float]:
+        """One instrumented step; hooks come off after `iterations` steps."""
+        self.iteration += 1
+        with self.meter():
+            out = ts.timed_step(x, probe=lambda label: self(label, ts))
+        if self.iteration + 1 == self.iterations:
+            for h in self.hooks:
+                h.remove()
+        return out
+
+    iterations = 2
+
+    @property
+    def active(self) -> bool:
+        return self.iteration + 1 < self.iterations
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame(self.probe.rows)
+
+
+def warm_lazy_imports(device) -> None:
+    """One tiny AdamW step: torch loads optimizer/autograd code lazily, which RSS would count."""
+    import torch
+
+    w = torch.zeros(4, device=device, requires_grad=True)
+    opt = torch.optim.AdamW([w])
+    (w * 2).sum().backward()
+    opt.step()
+
+
+def memory_table(ts, micro_batch: int, analytic: dict, peak_bytes: float, compiled: bool) -> pd.DataFrame:
+    """Analytic vs measured: state (summed tensor bytes), saved activations, process peak."""
+    from steps.perf.memory import SavedTensorMeter, state_bytes
+
+    x = ts_batch(ts, micro_batch)
+    meter = SavedTensorMeter(ts.model)
+    with meter(), ts.autocast():
+        loss = ts.forward(x, labels=x).loss
+    ts.backward(loss)
+    measured = state_bytes(ts.model, ts.optimizer)
+    ts.optimizer.zero_grad(set_to_none=True)  # no update: the cell's loss trajectory is untouched
+    saved = math.nan if compiled else meter.bytes
+    rows = [(k, analytic[k], measured[k]) for k in ("params", "grads", "optimizer", "state")]
+    rows.append(("saved activations (+autocast weight copies)",
+                 analytic["activations"] + analytic["autocast_weights"], saved))
+    rows.append(("logits + backward transients", analytic["logits"] + analytic["transient"], math.nan))
+    rows.append(("total (process peak)", analytic["total"], peak_bytes))
+    df = pd.DataFrame(rows, columns=["component", "analytic_bytes", "measured_bytes"])
+    df["analytic_mib"] = df.analytic_bytes / MiB
+    df["measured_mib"] = df.measured_bytes / MiB
+    df["err_pct"] = 100 * (df.measured_bytes - df.analytic_bytes) / df.analytic_bytes
+    return df
+
+
+def ts_batch(ts, batch: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    cfg = ts.config
+    return torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(ts.device)
+
+
+class PeakMemory:
+    """Peak memory of the timed steps. CUDA: allocator peaks. CPU: VmHWM growth over the RSS at
+    the end of warm-up, plus the tensors alive then (params + optimizer state, counted exactly):
+    code and caches loaded during warm-up (oneDNN kernels JIT-compiled for bf16/AMX, inductor
+    artifacts, lazily imported modules) are RSS but not training memory."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.rss_reset = self.alive = 0
+
+    def reset(self, ts) -> None:
+        import torch
+
+        from steps import hardware
+        from steps.perf.memory import state_bytes
+
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            return
+        self.alive = state_bytes(ts.model, ts.optimizer)["state"]
+        self.rss_reset = hardware.rss_bytes()
+        hardware.reset_peak_rss()
+
+    def read(self) -> dict:
+        import torch
+
+        from steps import hardware
+
+        if self.cuda:
+            return {"peak_mem_mib": torch.cuda.max_memory_allocated() / MiB,
+                    "peak_reserved_mib": torch.cuda.max_memory_reserved() / MiB}
+        return {"peak_mem_mib": (hardware.peak_rss_bytes() - self.rss_reset + self.alive) / MiB}
+
+
+def run(ctx: StageRun) -> dict:
+    import torch
+
+    from steps import hardware
+    from steps.perf import memory
+    from steps.perf.step import (TrainStep, check_device, gpt_config, micro_batch, peak_dtype,
+                                 synthetic_batches)
+
+    p = ctx.params
+    device = ctx.device
+    check_device(p, device)
+    ctx.info |= {"desc": p["desc"], "device": device.type, "params": p,
+                 "peak_dtype": peak_dtype(p)}
+    if device.type == "cuda":  # the peak must be measured in the mode the cell runs in
+        torch.backends.cuda.matmul.allow_tf32 = p["tf32"]
+    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type)
+    micro = micro_batch(p)
+    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])
+
+    timeline = Timeline(device, analytic) if ctx.cell == p["timeline_cell"] else None
+    peak_mem = PeakMemory(device)
+    torch.manual_seed(ctx.seed)
+    ts = TrainStep(p, device, probe=timeline)
+    if timeline:
+        if p["compile"]:
+            raise ConfigError("perf.timeline_cell must be an eager cell (hooks do not fire in compiled code)")
+        timeline.attach(ts)
+    batches = synthetic_batches(p, ctx.seed, device)
+    n_warm, n = p["warmup_steps"], p["warmup_steps"] + p["timed_steps"]
+    times, losses = [], []
+    for i in ctx.progress(range(n), total=n, desc=f"perf:{ctx.cell}"):
+        x = batches[i % len(batches)]
+        if i == n_warm:
+            peak_mem.reset(ts)
+        if timeline and timeline.active:   # the first (warm-up) steps, instrumented
+            dt, loss = timeline.step(ts, x)
+        else:
+            dt, loss = ts.timed_step(x)
+        times.append(dt)
+        losses.append(loss)
+        ctx.log_metrics({"train_loss": loss, "step_time_ms": dt * 1e3}, step=i)
+    mem_peak = peak_mem.read()
+
+    timed = np.array(times[n_warm:])
+    tps = ts.tokens_per_step / timed
+    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), ts.config.n_layer,
+                                       ts.config.n_embd, ts.config.block_size)
+    metrics = {"tokens_per_s": float(np.median(tps)), "tokens_per_s_p10": float(np.percentile(tps, 10)),
+               "tokens_per_s_p90": float(np.percentile(tps, 90)),
+               "step_time_ms": float(np.median(timed)) * 1e3, "first_step_s": times[0],
+               "peak_flops": peak, "flops_per_token": fpt, "loss": losses[-1], **mem_peak}
+    metrics["achieved_flops"] = fpt * metrics["tokens_per_s"]
+    metrics["mfu"] = metrics["achieved_flops"] / peak
+    compare_to_baseline(ctx, metrics)
+    ctx.info["fused_modules"] = ts.fused
+
+    peak_bytes = mem_peak["peak_mem_mib"] * MiB
+    mt = memory_table(ts, micro, analytic, peak_bytes, p["compile"])
+    ctx.log_table(mt, "memory")
+    state = mt.set_index("component").loc["state"]
+    metrics |= {"mem_state_analytic_mib": state.analytic_mib, "mem_state_measured_mib": state.measured_mib,
+                "mem_state_err_pct": state.err_pct}
+    act = mt.iloc[4]
+    metrics |= {"mem_saved_analytic_mib": act.analytic_mib, "mem_saved_measured_mib": act.measured_mib,
+                "mem_total_analytic_mib": analytic["total"] / MiB}
+    if timeline:
+        df = timeline.table()
+        ctx.log_table(df, "memory_timeline")
+        ctx.log_figure(memory.plot_timeline(df.to_dict("records")), "memory_timeline")
+    return metrics
