@@ -9,6 +9,8 @@ import pandas as pd
 def fmt(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
     if isinstance(value, float):
         if value != 0 and (abs(value) < 10 ** -(digits - 1) or abs(value) >= 1e6):
             return f"{value:.{digits - 1}e}"

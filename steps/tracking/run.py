@@ -285,7 +285,7 @@ def stage_main(stage: str, run: Callable[[StageRun], dict], argv: list[str] | No
             ctx.end("failed", message)
         finally:
             _write_json(failed_file, {**record, "status": "failed", "run_id": ctx.run_id,
-                                      "error": message})
+                                      "experiment_id": ctx.experiment_id, "error": message})
         if not expected:
             traceback.print_exc()
         print(f"\n{stage}[{ctx.cell}] failed: {message}", file=sys.stderr)
