@@ -3,14 +3,12 @@ communication bytes per step (the ring convention of comm.py). Measured numbers 
 these; a ratio of 1 means the implementation moves and keeps exactly what the theory says.
 
 Ψ = parameter count, b = bytes per element, N = size of the axis that shards or replicates,
-state = params + grads + Adam's two moments = 4 tensors of the local parameter count.
+state = params + grads + optimizer moments = plan.state_tensors × the local parameter count
+(4 with Adam, 3 with SGD-momentum).
 """
 from __future__ import annotations
 
 from steps.parallel.plan import Plan
-
-ADAM_TENSORS = 4  # param, grad, exp_avg, exp_avg_sq
-
 
 def ring_all_reduce(nbytes: float, n: int) -> float:
     return 2 * (n - 1) / n * nbytes
@@ -83,12 +81,18 @@ def gpt_comm(plan: Plan, shapes: dict[str, int], boundary_elems: float = 0.0) ->
     total = 0.0
     t = plan.axis("tp")
     if t > 1:
-        total += 4 * g["n_layer"] * ring_all_reduce(rows * g["block_size"] * g["n_embd"] * b, t)
+        act = rows * g["block_size"] * g["n_embd"] * b
+        total += 4 * g["n_layer"] * ring_all_reduce(act, t)
+        if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
+            total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
     if plan.axis("dp") > 1:
         total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
     if plan.axis("fsdp") > 1:
-        total += 3 * ring_gather(shard_psi * b, plan.axis("fsdp"))
+        # FSDP2 keeps the root group (embeddings, ln_f; the head is tied) gathered from forward to
+        # backward — it would be re-gathered at once — so the root moves 2Ψ_root, the blocks 3Ψ
+        root = gpt_local_params(plan, {k: n for k, n in shapes.items() if ".h." not in k}) * plan.axis("fsdp")
+        total += (3 * shard_psi - root) * ring_gather(b, plan.axis("fsdp"))
     s = plan.axis("pp")
     if s > 1:
         total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s

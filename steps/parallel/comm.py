@@ -29,6 +29,7 @@ class CommCounter:
     def reset(self) -> None:
         self.bytes = 0.0
         self.calls: Counter = Counter()
+        self.detail: Counter = Counter()  # "<op>/<group size>" -> bytes
 
     def add(self, op: str, nbytes: int, group_size: int) -> None:
         n = group_size
@@ -36,6 +37,7 @@ class CommCounter:
                   "reduce_scatter": (n - 1) / n, "send": 1.0, "broadcast": (n - 1) / n}[op]
         self.bytes += factor * nbytes
         self.calls[op] += 1
+        self.detail[f"{op}/{n}"] += factor * nbytes
 
 
 COUNTER = CommCounter()
@@ -84,6 +86,8 @@ def _group_size(args, default: int) -> int:
     for a in args:
         if isinstance(a, dist.ProcessGroup):
             return a.size()
+        if type(a).__name__ == "ScriptObject":  # the dispatcher hands c10d ops a boxed group
+            return dist.ProcessGroup.unbox(a).size()
         if isinstance(a, str) and a:  # functional collectives name their group
             try:
                 return dist.distributed_c10d._resolve_process_group(a).size()

@@ -31,6 +31,7 @@ class Plan:
     steps: int = 3                     # K optimizer steps compared against one device
     batch_size: int = 16               # global batch (rows for the MLP, sequences for the GPT)
     lr: float = 1e-3
+    optimizer: str = "adam"            # adam | sgd (momentum 0.9): see parity note in optimizer_for()
     seed: int = 1234
     sequence_parallel: bool = False    # native TP on the GPT: shard LayerNorm/dropout activations on sequence
     mlp: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "layers": 4})
@@ -98,8 +99,25 @@ class Plan:
             raise PlanError(f"sharding.mlp.hidden {self.mlp['hidden']} must divide by tp={tp}")
         if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
             raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise PlanError(f"sharding.optimizer {self.optimizer!r}: use adam or sgd")
         if self.dtype not in ("float32", "float64"):
             raise PlanError(f"sharding.dtype {self.dtype!r}: use float32 or float64")
+
+    @property
+    def state_tensors(self) -> int:
+        """Tensors of the local parameter size a rank keeps: param, grad + Adam's 2 moments or SGD's momentum."""
+        return 4 if self.optimizer == "adam" else 3
+
+    def optimizer_for(self, params):
+        """Adam's update lr·m/(sqrt(v)+eps) turns a rounding-level gradient difference on a
+        near-zero gradient into a parameter difference of up to lr·Δg/eps (seen: 5e-7 grads ->
+        1e-5 params on the GPT with TP in fp32); SGD's update is lr-Lipschitz in the gradient.
+        foreach=False: the foreach kernels reject a mix of Tensor and DTensor parameters."""
+        import torch
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr, foreach=False)
+        return torch.optim.SGD(params, lr=self.lr, momentum=0.9, foreach=False)
 
     @property
     def bytes_per_elem(self) -> int:

@@ -78,7 +78,7 @@ class ScratchEngine:
     def analytic(self) -> dict:
         from steps.parallel import analytic as A
         local = A.mlp_local_params(self.plan)
-        return {"state_bytes": A.ADAM_TENSORS * local * self.plan.bytes_per_elem, "comm_bytes": A.mlp_comm(self.plan),
+        return {"state_bytes": self.plan.state_tensors * local * self.plan.bytes_per_elem, "comm_bytes": A.mlp_comm(self.plan),
                 "params": A.mlp_psi(self.plan)}
 
 
@@ -86,7 +86,7 @@ def reference_mlp(plan: Plan, full, dtype):
     """Single device, same weights and global batches: per-step losses and grads, final params."""
     from steps.parallel.mlp import MLP, loss_fn, make_batch
     model = MLP(full)
-    opt = torch.optim.Adam(model.parameters(), lr=plan.lr, foreach=False)
+    opt = plan.optimizer_for(model.parameters())
     losses, grads = [], []
     for step in range(plan.steps):
         x, y = (torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, step))
@@ -112,16 +112,17 @@ def local_bytes(tensors) -> int:
 
 def state_bytes(params, opt) -> dict:
     """Params, grads and optimizer moments this rank holds (DTensor: its local shard)."""
-    moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq")]
+    moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
     return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params),
             "optim": local_bytes(moments)}
 
 
-def max_delta(a: dict, b: dict) -> float:
+def max_delta(a: dict, b: dict) -> tuple[float, str]:
+    """Largest |a - b| over all tensors, and the tensor it is in."""
     missing = set(a) ^ set(b)
     if missing:
-        raise RuntimeError(f"parity: names differ between sharded and reference state: {sorted(missing)[:5]}")
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+        raise RuntimeError(f"parity: names differ between sharded and reference state: only sharded {sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}")
+    return max((float((a[k].double() - b[k].double()).abs().max()), k) for k in a)
 
 
 def maybe_fault(plan: Plan, rank: int, step: int) -> None:
@@ -147,7 +148,7 @@ def run(plan: Plan, out: Path) -> dict:
         engine = ScratchEngine(plan, full)
         ref = reference_mlp(plan, full, dtype) if rank == 0 else None
     params = [p for p in engine.model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=plan.lr, foreach=False)  # foreach mixes Tensor/DTensor badly
+    opt = plan.optimizer_for(params)
     counter = comm.COUNTER
     mode = comm.NativeCommMode(counter, world) if plan.backend == "torch_native" else None
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
@@ -167,19 +168,21 @@ def run(plan: Plan, out: Path) -> dict:
         opt.step()
         rec["step_s"].append(time.perf_counter() - t0)
         rec["comm_bytes"].append(counter.bytes)
-        rec["comm_calls"] = dict(counter.calls)
+        rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
         loss = loss.detach().clone().to(dtype)
         dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)
         rec["losses"].append(loss.item() / world)
         grads = engine.full_state("grad")
         if rank == 0:
             rec["dloss"].append(abs(rec["losses"][-1] - ref[0][step]))
-            rec["dgrad"].append(max_delta(grads, ref[1][step]))
+            delta, name = max_delta(grads, ref[1][step])
+            rec["dgrad"].append(delta)
+            rec["dgrad_where"] = name
     rec["peak_rss_bytes"] = hardware.peak_rss_bytes()
     rec["state_bytes"] = state_bytes(params, opt)
     final = engine.full_state("param")
     if rank == 0:
-        rec["dparam"] = max_delta(final, ref[2])
+        rec["dparam"], rec["dparam_where"] = max_delta(final, ref[2])
     rec["analytic"] = engine.analytic()
     rec["max_inflight"] = getattr(engine.model, "max_inflight", 0)
     (out / f"rank{rank}.json").write_text(json.dumps(rec, indent=1))
