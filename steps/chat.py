@@ -1,0 +1,71 @@
+"""Complete a prompt with a trained checkpoint, or chat interactively.
+
+    python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt --prompt "ROMEO:"
+    python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt          # interactive
+Options pick the decoder: greedy (default --temperature 0), sampling (--temperature/--top-k/
+--top-p), or beam search (--beams N).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def load(checkpoint: str | Path, device: str = "cpu"):
+    import torch
+    from transformers import AutoTokenizer
+
+    from steps.models.gpt import GPTConfig, GPTLMHeadModel
+    path = Path(checkpoint)
+    if not path.exists():
+        sys.exit(f"{path} does not exist; fix: run `snakemake --cores 2 {path.parent / 'metrics.json'}` first")
+    ck = torch.load(path, map_location=device, weights_only=False)
+    model = GPTLMHeadModel(GPTConfig(**ck["config"])).to(device)
+    model.load_state_dict(ck["model"])
+    tok = AutoTokenizer.from_pretrained(str(path.parent / ck.get("tokenizer", "tokenizer")))
+    return model.eval(), tok
+
+
+def complete(model, tok, prompt: str, max_new_tokens: int = 60, temperature: float = 0.0,
+             top_k: int | None = None, top_p: float | None = None, beams: int = 1, seed: int = 0) -> str:
+    import torch
+
+    from steps.models.generate import beam_search, generate
+    ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]])
+    if beams > 1:
+        out = beam_search(model, ids, beams, max_new_tokens, eos_token_id=tok.eos_token_id)[0]
+    else:
+        out = generate(model, ids, max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
+                       top_k=top_k, top_p=top_p, eos_token_id=tok.eos_token_id,
+                       generator=torch.Generator().manual_seed(seed))
+    return tok.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m steps.chat", description=__doc__.split("\n")[0])
+    ap.add_argument("--checkpoint", default="results/gpt_train/main/ckpt.pt")
+    ap.add_argument("--prompt", help="complete this and exit (default: interactive)")
+    ap.add_argument("--max-new-tokens", type=int, default=60)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    ap.add_argument("--top-k", type=int)
+    ap.add_argument("--top-p", type=float)
+    ap.add_argument("--beams", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    model, tok = load(a.checkpoint)
+    kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
+              top_p=a.top_p, beams=a.beams, seed=a.seed)
+    if a.prompt is not None:
+        print(a.prompt + complete(model, tok, a.prompt, **kw))
+        return
+    print("prompt> (empty line or Ctrl-D to quit)")
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        print(line.rstrip("\n") + complete(model, tok, line.rstrip("\n"), **kw))
+        print("prompt> ", end="", flush=True)
+
+
+if __name__ == "__main__":
+    main()

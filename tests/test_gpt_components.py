@@ -1,0 +1,125 @@
+"""Hand-written components: gradchecks (float64), NumPy twins, RoPE vs transformers, masks,
+and the attention contract other developers rely on (local heads from the tensor shape)."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from steps.models import checks, masking, positional as P
+from steps.models.gpt import GPTConfig, GPTLMHeadModel, use_custom_functions
+from steps.models.linear import linear
+from steps.models.norms import layer_norm, rms_norm
+from steps.models.softmax import softmax
+
+torch.set_num_threads(1)
+
+
+def t64(*shape):
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("name,fn,inputs", [
+    ("softmax", lambda x: softmax(x), lambda: (t64(3, 5),)),
+    ("softmax dim 0", lambda x: softmax(x, None, 0), lambda: (t64(4, 3),)),
+    ("masked softmax", lambda x: softmax(x, torch.tensor([[True, False, True, True]] * 2)), lambda: (t64(2, 4),)),
+    ("linear", linear, lambda: (t64(2, 3, 4), t64(5, 4), t64(5))),
+    ("linear no bias", lambda x, w: linear(x, w), lambda: (t64(3, 4), t64(2, 4))),
+    ("layernorm", lambda x, w, b: layer_norm(x, w, b, 1e-5), lambda: (t64(2, 3, 6), t64(6), t64(6))),
+    ("layernorm no bias", lambda x, w: layer_norm(x, w, None, 1e-5), lambda: (t64(3, 6), t64(6))),
+    ("rmsnorm", lambda x, w: rms_norm(x, w, 1e-6), lambda: (t64(2, 3, 6), t64(6))),
+])
+def test_gradcheck(name, fn, inputs):
+    torch.manual_seed(0)
+    assert torch.autograd.gradcheck(fn, inputs(), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("check", checks.PARITY_CHECKS, ids=lambda f: f.__name__)
+def test_parity_rows_pass(check):
+    torch.manual_seed(0)
+    rows = check({})
+    assert rows
+    bad = [r for r in rows if not r["pass"]]
+    assert not bad, bad
+
+
+def test_masked_softmax_zero_and_stable():
+    x = torch.tensor([[1e4, 1e4 + 1, -5.0]], dtype=torch.float64)
+    y = softmax(x, torch.tensor([[True, True, False]]))
+    assert torch.isfinite(y).all() and y[0, 2] == 0
+    np.testing.assert_allclose(y[0, :2].numpy(), [1 / (1 + np.e), np.e / (1 + np.e)], rtol=1e-12)
+
+
+def test_rope_layouts_differ_but_both_rotate():
+    x = np.random.default_rng(0).normal(size=(5, 8))
+    a, b = P.rope_interleaved_np(x), P.rope_neox_np(x)
+    assert not np.allclose(a, b)  # different pairings
+    np.testing.assert_allclose(np.linalg.norm(a, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-12)
+    np.testing.assert_allclose(a[0], x[0])  # position 0: angle 0
+    # a cached offset continues the same positions
+    np.testing.assert_allclose(P.rope_neox_np(x[3:], offset=3), b[3:], atol=1e-14)
+
+
+def test_masks():
+    c = masking.causal_mask(3)
+    assert c.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    m = masking.combined_mask([3, 1], 3)
+    assert m.shape == (2, 3, 3) and m[1].sum() == 3 and not m[1][:, 1:].any()
+    assert masking.additive(c)[0, 1] == -np.inf
+
+
+def test_attention_paths_agree_with_and_without_cache():
+    torch.manual_seed(0)
+    for pos in ("learned", "rope"):
+        m = GPTLMHeadModel(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16, pos=pos)).double()
+        manual = copy.deepcopy(m)
+        for blk in manual.transformer.h:
+            blk.attn.impl = "manual"
+        ids = torch.randint(0, 50, (2, 11))
+        full = m(ids).logits
+        torch.testing.assert_close(manual(ids).logits, full, rtol=0, atol=1e-12)
+        for model in (m, manual):  # 7 tokens, then 3 at once, then 1: bottom-right causal masks
+            a = model(ids[:, :7], use_cache=True)
+            b = model(ids[:, 7:10], past_key_values=a.past_key_values, use_cache=True)
+            c = model(ids[:, 10:], past_key_values=b.past_key_values, use_cache=True)
+            torch.testing.assert_close(torch.cat([a.logits, b.logits, c.logits], 1), full, rtol=0, atol=1e-12)
+
+
+def test_attention_local_heads_like_tensor_parallel():
+    """Rank r holds heads [r*h/2, (r+1)*h/2): q/k/v rows (colwise) and o_proj columns (rowwise).
+    Summing the ranks' partial outputs (the all-reduce) gives the full attention output."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=4, n_embd=16, bias=False)
+    attn = GPTLMHeadModel(cfg).double().transformer.h[0].attn
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    parts = []
+    for r in range(2):
+        shard = copy.deepcopy(attn)
+        rows = slice(8 * r, 8 * (r + 1))
+        for name in ("q_proj", "k_proj", "v_proj"):
+            lin = getattr(shard, name)
+            lin.weight = torch.nn.Parameter(lin.weight[rows].clone())
+        shard.o_proj.weight = torch.nn.Parameter(shard.o_proj.weight[:, rows].clone())
+        parts.append(shard(x))
+    torch.testing.assert_close(parts[0] + parts[1], attn(x), rtol=0, atol=1e-12)
+
+
+def test_custom_functions_swap_keeps_state_dict_and_grads():
+    torch.manual_seed(0)
+    m = GPTLMHeadModel(GPTConfig(vocab_size=30, block_size=8, n_layer=1, n_head=2, n_embd=8, norm="rmsnorm")).double()
+    c = use_custom_functions(copy.deepcopy(m))
+    assert list(c.state_dict()) == list(m.state_dict())
+    assert c.lm_head.weight is c.transformer.wte.weight  # tying survives the swap
+    ids = torch.randint(0, 30, (2, 8))
+    m(ids, labels=ids).loss.backward()
+    c(ids, labels=ids).loss.backward()
+    for (n, a), (_, b) in zip(m.named_parameters(), c.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=0, atol=1e-12, msg=n)
+
+
+def test_config_errors_are_clear():
+    with pytest.raises(ValueError, match="divisible"):
+        GPTConfig(n_embd=10, n_head=3)
+    m = GPTLMHeadModel(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=1, n_embd=4))
+    with pytest.raises(ValueError, match="block_size"):
+        m(torch.zeros(1, 5, dtype=torch.long))

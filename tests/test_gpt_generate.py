@@ -1,0 +1,119 @@
+"""Decoding: KV cache == no cache, sampling filters, EOS, beam search on a toy model whose
+best sequence is known by brute force."""
+import itertools
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from steps.models.generate import beam_search, filter_logits, generate
+from steps.models.gpt import GPTConfig, GPTLMHeadModel
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module", params=["learned", "rope"])
+def model(request):
+    torch.manual_seed(0)
+    return GPTLMHeadModel(GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=16,
+                                    pos=request.param)).eval()
+
+
+def test_kv_cache_equals_no_cache(model):
+    prompt = torch.randint(0, 40, (3, 5), generator=torch.Generator().manual_seed(0))
+    a = generate(model, prompt, 12, use_cache=True)
+    b = generate(model, prompt, 12, use_cache=False)
+    assert a.shape == (3, 17) and torch.equal(a, b)
+    for kw in ({"temperature": 0.7, "top_k": 10}, {"temperature": 1.3, "top_p": 0.8}):
+        s1 = generate(model, prompt, 12, do_sample=True, use_cache=True,
+                      generator=torch.Generator().manual_seed(5), **kw)
+        s2 = generate(model, prompt, 12, do_sample=True, use_cache=False,
+                      generator=torch.Generator().manual_seed(5), **kw)
+        assert torch.equal(s1, s2)
+    assert torch.equal(beam_search(model, prompt[:1], 3, 8, use_cache=True)[0],
+                       beam_search(model, prompt[:1], 3, 8, use_cache=False)[0])
+
+
+def test_generation_past_block_size_crops_context(model):
+    out = generate(model, torch.zeros(1, 30, dtype=torch.long), 6)
+    assert out.shape == (1, 36)
+
+
+def test_filter_logits():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2))[0].tolist() == [False, False, True, True]
+    # nucleus: 0.5 < 0.7, 0.5 + 0.3 >= 0.7 -> keep two
+    assert torch.isinf(filter_logits(logits, top_p=0.7))[0].tolist() == [False, False, True, True]
+    assert torch.isinf(filter_logits(logits, top_p=0.45))[0].tolist() == [False, True, True, True]
+    sharp = filter_logits(logits, temperature=0.01).softmax(-1)
+    assert sharp[0, 0] > 0.999
+
+
+def test_low_temperature_sampling_is_greedy(model):
+    prompt = torch.randint(0, 40, (2, 3), generator=torch.Generator().manual_seed(1))
+    s = generate(model, prompt, 8, do_sample=True, temperature=1e-6, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(s, generate(model, prompt, 8))
+
+
+@dataclass
+class Out:
+    logits: torch.Tensor
+    past_key_values: tuple | None = None
+
+
+class Bigram(torch.nn.Module):
+    """Next-token log-probs depend on the last token only: a table we can search exhaustively."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = torch.log(torch.tensor(table, dtype=torch.float64))
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False):
+        return Out(self.table[input_ids], past_key_values=() if use_cache else None)
+
+
+# token 0 = start, 3 = EOS. Greedy takes 1 (0.6) then is stuck with 0.34-ish; 2 (0.4) leads to a
+# near-certain path, so the best 3-token sequence starts with 2.
+TABLE = [[0.01, 0.59, 0.39, 0.01],
+         [0.01, 0.34, 0.33, 0.32],
+         [0.005, 0.005, 0.98, 0.01],
+         [0.25, 0.25, 0.25, 0.25]]
+
+
+def brute_force(n):
+    table = torch.log(torch.tensor(TABLE, dtype=torch.float64))
+    best = max(itertools.product(range(4), repeat=n),
+               key=lambda s: sum(table[a, b] for a, b in zip((0,) + s, s)))
+    return list(best)
+
+
+def test_beam_search_finds_known_best():
+    toy = Bigram(TABLE)
+    start = torch.zeros(1, 1, dtype=torch.long)
+    greedy = generate(toy, start, 3, use_cache=False)[0, 1:].tolist()
+    beam, score = beam_search(toy, start, num_beams=2, max_new_tokens=3, use_cache=False)
+    assert greedy == [1, 1, 1]
+    assert beam[0, 1:].tolist() == brute_force(3) == [2, 2, 2]
+    assert score == pytest.approx(float(sum(torch.log(torch.tensor([0.39, 0.98, 0.98])))) / 3)
+
+
+def test_beam_search_eos_and_length_penalty():
+    # from 0: EOS at once (p=0.4) or a long path 1->1->... (0.6 * 0.9^k); EOS after 1 is 0.1
+    table = [[0.0001, 0.5999, 0.0, 0.4], [0.0001, 0.8999, 0.0, 0.1], [0.25] * 4, [0.25] * 4]
+    table = [[max(p, 1e-9) for p in row] for row in table]
+    toy = Bigram(table)
+    start = torch.zeros(1, 1, dtype=torch.long)
+    short, _ = beam_search(toy, start, 3, 6, length_penalty=0.0, eos_token_id=3, use_cache=False)
+    assert short[0, 1:].tolist() == [3]  # raw log-prob: stopping now (0.4) beats everything else
+    long_, _ = beam_search(toy, start, 3, 6, length_penalty=2.0, eos_token_id=3, use_cache=False)
+    assert len(long_[0]) > 3  # a strong length bonus prefers a longer hypothesis
+
+
+def test_greedy_stops_on_eos():
+    table = [[0.1, 0.1, 0.1, 0.7], [0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.25] * 4]
+    toy = Bigram(table)
+    out = generate(toy, torch.tensor([[0], [2]]), 5, eos_token_id=3, use_cache=False)
+    assert out[0].tolist() == [0, 3, 3, 3, 3, 3]  # finished rows keep emitting EOS (HF padding)
+    assert out[1].tolist() == [2, 2, 2, 2, 2, 2]
+    out = generate(toy, torch.tensor([[0]]), 5, eos_token_id=3, use_cache=False)
+    assert out.tolist() == [[0, 3]]  # all done: stop early

@@ -1,0 +1,97 @@
+"""Our GPT == HF GPT2LMHeadModel: converter both ways, every layer, every gradient, greedy tokens."""
+import json
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from steps.gpt_parity import greedy_rows
+from steps.models.hf_convert import from_hf, hf_to_ours_state_dict, ours_to_hf_state_dict, to_hf
+from steps.models.parity import compare, record_activations
+from tests.conftest import run_stage
+from tests.gpt_fixtures import stage_params
+
+torch.set_num_threads(1)
+CONFIGS = {
+    "gpt2-like": dict(vocab_size=1000, n_positions=32, n_embd=64, n_layer=2, n_head=4),
+    "odd": dict(vocab_size=101, n_positions=24, n_embd=48, n_layer=3, n_head=3, activation_function="gelu"),
+}
+
+
+def hf_model(name, dtype):
+    torch.manual_seed(0)
+    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                     eos_token_id=None, **CONFIGS[name])
+    return GPT2LMHeadModel(cfg).to(dtype).eval()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10),
+                                                      (torch.float32, None, 1e-5, 1e-4)])
+@pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
+def test_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
+    hf = hf_model(name, dtype)
+    ids = torch.randint(0, hf.config.vocab_size, (2, 17), generator=torch.Generator().manual_seed(1))
+    rows, ours = compare(hf, ids, tol, rel, logits_tol, custom=custom)
+    kinds = {r["kind"] for r in rows}
+    assert kinds == {"weights", "forward", "gradient"}
+    n_layer = hf.config.n_layer
+    assert sum(r["kind"] == "forward" for r in rows) == 1 + 6 * n_layer + 3  # emb, 6/block, ln_f, logits, loss
+    assert sum(r["kind"] == "gradient" for r in rows) == len(list(ours.parameters()))
+    assert all(r["pass"] for r in rows), [r for r in rows if not r["pass"]]
+
+
+def test_converter_round_trip_and_shapes():
+    hf = hf_model("odd", torch.float64)
+    sd = hf_to_ours_state_dict(hf.state_dict())
+    assert sd["transformer.h.0.attn.q_proj.weight"].shape == (48, 48)
+    assert sd["transformer.h.0.mlp.c_fc.weight"].shape == (192, 48)  # nn.Linear (out, in)
+    back = ours_to_hf_state_dict(sd)
+    for k, v in back.items():
+        assert torch.equal(v, hf.state_dict()[k]), k
+    hf2 = to_hf(from_hf(hf))
+    ids = torch.randint(0, 101, (1, 9))
+    assert torch.equal(hf2(ids).logits, hf(ids).logits)
+
+
+def test_hooks_localise_a_difference():
+    """A change in block 1's MLP shows up at h.1.mlp first, never in block 0."""
+    hf = hf_model("odd", torch.float64)
+    ours = from_hf(hf).eval()
+    with torch.no_grad():
+        ours.transformer.h[1].mlp.c_fc.bias += 1e-3
+    ids = torch.randint(0, 101, (1, 9))
+    (a, ha), (b, hb) = record_activations(hf, 3), record_activations(ours, 3)
+    hf(ids), ours(ids)
+    err = {k: float((a[k] - b[k]).abs().max()) for k in a}
+    before = [k for k in err if k.startswith(("embeddings", "h.0.", "h.1.ln", "h.1.attn", "h.1.res"))]
+    assert len(before) == 11 and all(err[k] < 1e-12 for k in before), err
+    assert err["h.1.mlp"] > 1e-6 and err["ln_f"] > 0
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_greedy_equals_hf_generate(name):
+    hf = hf_model(name, torch.float64)
+    ours = from_hf(hf).eval()
+    prompt = torch.randint(0, hf.config.vocab_size, (2, 4), generator=torch.Generator().manual_seed(2))
+    rows = greedy_rows(hf, ours, prompt, 10, "float64")
+    assert len(rows) == 2 and all(r["pass"] for r in rows), rows
+
+
+def test_gpt_parity_stage(tmp_path):
+    params = stage_params("gpt_parity", dtypes=["float64"], variants=["fast"],
+                          hf_config=CONFIGS["odd"], seq_len=12, new_tokens=4)
+    run_stage(tmp_path, "gpt_parity", params, cell="odd")
+    rec = json.loads((tmp_path / "results/gpt_parity/odd/metrics.json").read_text())
+    assert rec["status"] == "ok" and rec["run_id"]
+    m = rec["metrics"]
+    assert m["all_pass"] == 1.0 and m["greedy_match"] == 1.0
+    assert m["float64_forward_max_err"] <= 1e-10 and m["float64_gradient_max_err"] <= 1e-10
+    assert (tmp_path / "results/gpt_parity/odd/parity.csv").exists()
+
+
+def test_pretrained_cell_skips_without_cuda(tmp_path):
+    params = stage_params("gpt_parity", pretrained="gpt2")
+    run_stage(tmp_path, "gpt_parity", params, cell="gpt2")
+    rec = json.loads((tmp_path / "results/gpt_parity/gpt2/metrics.json").read_text())
+    assert rec["status"] == "skipped" and "CUDA" in rec["reason"]
