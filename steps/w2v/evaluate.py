@@ -1,0 +1,101 @@
+"""One evaluation suite for every cell (ours, gensim, pretrained): gensim's analogy and
+word-pair scorers on a KeyedVectors, the king - man + woman quiz, probe neighbours, PCA plot,
+and the word2vec text-format export."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ANALOGIES, WS353, SIMLEX = "questions-words.txt", "wordsim353.tsv", "simlex999.txt"
+
+
+def keyed_vectors(words: list[str], vectors: np.ndarray):
+    from gensim.models import KeyedVectors
+
+    kv = KeyedVectors(vector_size=vectors.shape[1], dtype=np.float32)
+    kv.add_vectors(words, vectors.astype(np.float32))
+    return kv
+
+
+def analogy_total(path: str) -> int:
+    return sum(1 for line in open(path) if line.strip() and not line.startswith(":"))
+
+
+def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tuple[dict, dict]:
+    """Returns (metrics, info). Analogy accuracy is over the questions whose four words are in
+    the first `restrict_vocab` words of the vocabulary (gensim's rule; others are skipped and
+    counted in analogy_coverage); similarity OOV pairs are skipped and reported as a rate."""
+    from gensim.test.utils import datapath
+
+    path = datapath(ANALOGIES)
+    acc, sections = kv.evaluate_word_analogies(path, restrict_vocab=restrict_vocab,
+                                               case_insensitive=True)
+    n = {k: sum(len(s[k]) for s in sections if s["section"] != "Total accuracy")
+         for k in ("correct", "incorrect")}
+    seen = n["correct"] + n["incorrect"]
+
+    def part(syntactic: bool) -> float:
+        ss = [s for s in sections if s["section"] != "Total accuracy"
+              and s["section"].startswith("gram") == syntactic]
+        c, i = sum(len(s["correct"]) for s in ss), sum(len(s["incorrect"]) for s in ss)
+        return c / (c + i) if c + i else float("nan")
+
+    m = {"analogy_acc": acc if seen else float("nan"), "analogy_n": seen,
+         "analogy_coverage": seen / analogy_total(path),
+         "analogy_semantic_acc": part(False), "analogy_syntactic_acc": part(True),
+         "restrict_vocab": restrict_vocab, "vocab_size": len(kv)}
+    for key, name in (("ws353", WS353), ("simlex", SIMLEX)):
+        _, spearman, oov = kv.evaluate_word_pairs(datapath(name), restrict_vocab=restrict_vocab,
+                                                  case_insensitive=True)
+        m[f"{key}_spearman"] = float(spearman[0])
+        m[f"{key}_oov"] = oov / 100.0
+    info = {}
+    if all(w in kv for w in ("king", "man", "woman")):
+        top = kv.most_similar(positive=["king", "woman"], negative=["man"], topn=topn)
+        info["king_man_woman"] = [[w, round(float(s), 4)] for w, s in top]
+        info["king_man_woman_top5"] = ", ".join(w for w, _ in top[:5])
+        m["king_man_woman_queen_rank"] = next(
+            (i + 1 for i, (w, _) in enumerate(top) if w == "queen"), float("nan"))
+    else:
+        info["king_man_woman_top5"] = "(king/man/woman not in vocabulary)"
+    info["neighbours"] = {p: [w for w, _ in kv.most_similar(p, topn=8)] for p in probes if p in kv}
+    return m, info
+
+
+def pca_plot(kv, groups: dict[str, list[str]], title: str):
+    """2-D PCA of the chosen word groups (unit-normalised vectors): do related words cluster?"""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(g, w) for g, ws in groups.items() for w in ws if w in kv]
+    fig, ax = plt.subplots(figsize=(7, 6))
+    if len(rows) >= 3:
+        x = np.stack([kv.get_vector(w, norm=True) for _, w in rows])
+        x = x - x.mean(0)
+        _, _, vt = np.linalg.svd(x, full_matrices=False)
+        xy = x @ vt[:2].T
+        for k, g in enumerate(groups):
+            sel = [i for i, (gg, _) in enumerate(rows) if gg == g]
+            ax.scatter(xy[sel, 0], xy[sel, 1], label=g, color=f"C{k}")
+            for i in sel:
+                ax.annotate(rows[i][1], xy[i], fontsize=8, xytext=(3, 2), textcoords="offset points")
+        ax.legend(fontsize=8)
+    ax.set_title(f"{title}: PCA of word groups ({len(rows)} words in vocabulary)")
+    ax.set_xlabel("PC1")
+    ax.set_ylabel("PC2")
+    fig.tight_layout()
+    return fig
+
+
+def save_word2vec_text(path: str | Path, words: list[str], vectors: np.ndarray) -> Path:
+    """word2vec's text format: a 'count dim' header, then 'word v1 ... vd' per line."""
+    path = Path(path)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{len(words)} {vectors.shape[1]}\n")
+        for w, v in zip(words, vectors):
+            if not w or any(c.isspace() for c in w):
+                raise ValueError(f"word {w!r} cannot be written in word2vec text format")
+            f.write(w + " " + " ".join(f"{x:.6g}" for x in v.tolist()) + "\n")
+    return path

@@ -1,0 +1,126 @@
+"""word2vec stage: one matrix cell = one way to get word vectors, all scored by one suite.
+
+backend torch     -> our skip-gram/CBOW with negative sampling (steps/w2v), optimizer per cell
+backend gensim    -> gensim Word2Vec on the same tokens and hyperparameters, timed the same way
+backend pretrained-> a pretrained LM's input embeddings (single-token words only)
+"""
+from __future__ import annotations
+
+import time
+
+from steps import paths
+from steps.tracking.run import InputError, StageRun, stage_main
+
+REPORT_COLUMNS = {
+    "backend": "info.backend",
+    "optimizer": "info.optimizer",
+    "words/s": "metrics.words_per_s",
+    "analogy acc": "metrics.analogy_acc",
+    "analogy n": "metrics.analogy_n",
+    "WS353": "metrics.ws353_spearman",
+    "SimLex": "metrics.simlex_spearman",
+    "king−man+woman top-5": "info.king_man_woman_top5",
+}
+# one job cannot know another's speed: the report divides by the gensim row
+REPORT_DERIVED = {"ratio to gensim": ("ratio", "words/s", "gensim")}
+REPORT_HEADLINE = ("best Google-analogy accuracy", "analogy acc", "max")
+REPORT_CURVES = ["loss"]
+
+
+def load_sentences(p: dict) -> tuple[list[list[str]], int]:
+    """Tokenised documents of the corpus split (shared tokenizer), cut to max_words if set."""
+    from datasets import load_from_disk
+
+    from steps.w2v.text import sentences
+
+    path = p["corpus"] or str(paths.CORPUS_DIR)
+    try:
+        ds = load_from_disk(path)
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: no dataset saved there ({exc}); fix: run the prepare_corpus "
+                         f"rule first or set word2vec.corpus") from None
+    if p["split"] not in ds or "text" not in ds[p["split"]].column_names:
+        raise InputError(f"{path}: needs split {p['split']!r} with a 'text' column; "
+                         f"found {dict(ds.column_names)}; fix: set word2vec.split")
+    sents = sentences(ds[p["split"]]["text"])
+    if p["max_words"]:
+        kept, n = [], 0
+        for s in sents:
+            if n >= p["max_words"]:
+                break
+            kept.append(s[: p["max_words"] - n])
+            n += len(kept[-1])
+        sents = kept
+    words = sum(map(len, sents))
+    if not words:
+        raise InputError(f"{path}[{p['split']}]: no words after tokenising; fix: check the corpus")
+    return sents, words
+
+
+def train_vectors(ctx: StageRun, p: dict) -> tuple[list[str], "object", dict]:
+    """Train (torch or gensim) on the corpus; returns (words, vectors, metrics)."""
+    import torch
+
+    from steps.w2v.baseline import train_gensim
+    from steps.w2v.train import TrainConfig, train
+    from steps.w2v.vocab import Vocab
+
+    cfg = TrainConfig.from_params(p, seed=ctx.seed)
+    device = ctx.device if p["backend"] == "torch" else None  # SkipCell if CUDA is absent
+    threads = ctx.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    sents, raw = load_sentences(p)
+    t0 = time.perf_counter()
+    vocab = Vocab.build(sents, p["min_count"])
+    ids, sid = vocab.encode(sents)
+    m = {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0, "threads": threads}
+    if p["backend"] == "gensim":
+        kv, stats = train_gensim(sents, cfg, p["min_count"], workers=threads)
+        if set(kv.index_to_key) != set(vocab.words):
+            raise RuntimeError("gensim built a different vocabulary from the same tokens")
+        words, vectors = list(kv.index_to_key), kv.vectors
+    else:
+        vectors, stats = train(vocab, ids, sid, raw, cfg, device=device, progress=ctx.progress,
+                               log=ctx.log_metrics)
+        words = vocab.words
+    return words, vectors, {**m, **stats}
+
+
+def run(ctx: StageRun) -> dict:
+    from steps.w2v.evaluate import evaluate, keyed_vectors, pca_plot, save_word2vec_text
+
+    p = ctx.params
+    ctx.info.update(backend=p["backend"], arch=p["arch"],
+                    optimizer=p["optimizer"] if p["backend"] == "torch" else p["backend"])
+    t0 = time.perf_counter()
+    if p["backend"] == "pretrained":
+        from steps.w2v.pretrained import load_pretrained
+
+        words, vectors, info = load_pretrained(p["pretrained"])
+        ctx.info.update(info, optimizer="pretrained:" + p["pretrained"])
+        metrics = {"load_s": time.perf_counter() - t0}
+    else:
+        if p["backend"] == "torch":
+            ctx.info["update_path"] = "fused index_add_ SGD" if p["fused"] else "autograd sparse grads"
+        words, vectors, metrics = train_vectors(ctx, p)
+    kv = keyed_vectors(words, vectors)
+    t1 = time.perf_counter()
+    scores, info = evaluate(kv, p["restrict_vocab"], p["probes"])
+    metrics.update(scores, eval_s=time.perf_counter() - t1)
+    ctx.info.update(info)
+    ctx.log_text("\n".join(f"{w}: {' '.join(n)}" for w, n in info["neighbours"].items()) + "\n",
+                 "neighbours.txt")
+    import matplotlib.pyplot as plt
+
+    fig = pca_plot(kv, p["groups"], f"word2vec[{ctx.cell}]")
+    ctx.log_figure(fig, "pca_groups")
+    plt.close(fig)
+    if p["export"]:
+        path = save_word2vec_text(ctx.out / "vectors.txt", words, vectors)
+        ctx.info["vectors"] = str(path)
+        ctx.log_artifact(path)
+    return metrics
+
+
+if __name__ == "__main__":
+    stage_main("word2vec", run)
