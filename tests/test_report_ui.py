@@ -94,3 +94,9 @@ def test_profiles_plan_the_dag(tmp_path, profile):
     out = proc.stdout + proc.stderr
     assert "rule report:" in out or "report" in out
     assert "This was a dry-run" in out
+
+
+def test_snakemake_report_includes_the_lab_report(smoke_dag, tmp_path):
+    target = tmp_path / "report.html"
+    snakemake(smoke_dag, "--report", str(target))
+    assert target.exists() and target.stat().st_size > 10_000
