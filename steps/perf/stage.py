@@ -208,7 +208,7 @@ def run(ctx: StageRun) -> dict:
                  "peak_dtype": peak_dtype(p)}
     if device.type == "cuda":  # the peak must be measured in the mode the cell runs in
         torch.backends.cuda.matmul.allow_tf32 = p["tf32"]
-    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type)
+    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
     micro = micro_batch(p)
     analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])
 

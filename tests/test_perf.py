@@ -1,0 +1,219 @@
+"""perf stage: matrix expansion, skip reasons, the analytic memory model against summed tensor
+bytes, fused kernels against the unfused ops, and a smoke matrix end to end (real MLflow)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from steps.config import ConfigError, cell_config, cells, load_config
+from tests.conftest import ROOT
+
+torch.set_num_threads(1)
+DEFAULT, SMOKE, GPU = (ROOT / "configs" / f"{n}.yaml" for n in ("default", "smoke", "gpu"))
+TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
+
+
+def perf_params(**over) -> dict:
+    """The resolved perf section of the default config with a toy model and `over` applied."""
+    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "batch_size": 4, "warmup_steps": 1,
+                                                   "timed_steps": 2, "peak_matmul_size": 128,
+                                                   "cells": {"x": over}}})
+    return cell_config(cfg, "perf", "x")["params"]
+
+
+# ---- matrix expansion ----------------------------------------------------------------------------
+def test_matrix_expands_one_job_per_cell_with_overrides_merged():
+    cfg = load_config(DEFAULT)
+    names = cells(cfg, "perf")
+    assert names[0] == "baseline" and len(names) == len(set(names)) >= 15
+    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch8", "batch32", "batch48", "attn_manual",
+            "adamw_foreach", "adamw_fused", "checkpoint", "grad_accum4", "accelerate",
+            "fused_softmax", "fused_layernorm", "fused_triton"} <= set(names)
+    base = cell_config(cfg, "perf", "baseline")["params"]
+    b32 = cell_config(cfg, "perf", "batch32")["params"]
+    assert b32["batch_size"] == 32 and base["batch_size"] == 16
+    assert {k: v for k, v in b32.items() if k not in ("batch_size", "desc")} == \
+           {k: v for k, v in base.items() if k not in ("batch_size", "desc")}
+    assert "cells" not in b32 and "select" not in b32
+    smoke = load_config(DEFAULT, SMOKE)
+    assert cells(smoke, "perf") == ["baseline", "amp_bf16", "tf32"]
+    gpu = load_config(DEFAULT, GPU)
+    assert set(names) < set(cells(gpu, "perf")) and gpu["device"] == "cuda"
+
+
+def test_matrix_values_keep_their_dtype(tmp_path):
+    """YAML -> validation -> cell merge -> the JSON a job receives: 1e-4 stays float, 16 int."""
+    f = tmp_path / "over.yaml"
+    f.write_text("perf:\n  cells:\n    small_lr: {lr: 1.0e-4, batch_size: 16}\n    big: {batch_size: 48}\n")
+    cfg = load_config(DEFAULT, f, overrides={"perf": {"cells": {"py": {"lr": 1e-4, "grad_accum": 2}}}})
+    for cell in ("small_lr", "py"):
+        job = json.loads(json.dumps(cell_config(cfg, "perf", cell)))  # what the rule passes
+        p = job["params"]
+        assert type(p["lr"]) is float and p["lr"] == 1e-4
+        assert type(p["batch_size"]) is int and type(p["grad_accum"]) is int
+        assert type(p["weight_decay"]) is float and type(p["model"]["n_embd"]) is int
+    assert cell_config(cfg, "perf", "big")["params"]["batch_size"] == 48
+
+
+def test_bad_cell_values_are_rejected_with_the_key():
+    with pytest.raises(ConfigError, match="batch_size"):
+        load_config(DEFAULT, overrides={"perf": {"cells": {"bad": {"batch_size": "16"}}}})
+    with pytest.raises(ConfigError, match="amp"):
+        load_config(DEFAULT, overrides={"perf": {"cells": {"bad": {"amp": "int8"}}}})
+    # YAML 1.1 reads `1e-4` (no dot) as a string: it must fail loudly, never become a string param
+    try:
+        cfg = load_config(DEFAULT, overrides=yaml.safe_load("perf: {cells: {e: {lr: 1e-4}}}"))
+    except ConfigError as exc:
+        assert "lr" in str(exc)
+    else:
+        assert type(cell_config(cfg, "perf", "e")["params"]["lr"]) is float
+
+
+# ---- skipped cells ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("over", [{"tf32": True}, {"amp": "fp16"}, {"fused_backend": "triton"}])
+def test_cuda_only_cells_skip_with_reason_on_cpu(over):
+    from steps.perf.step import check_device
+    from steps.tracking import SkipCell
+
+    with pytest.raises(SkipCell, match="needs CUDA"):
+        check_device(perf_params(**over), torch.device("cpu"))
+    check_device(perf_params(), torch.device("cpu"))  # the baseline runs
+
+
+def test_fused_softmax_requires_manual_attention():
+    from steps.perf.step import TrainStep
+
+    with pytest.raises(ValueError, match="attn: manual"):
+        TrainStep(perf_params(fused_softmax=True), torch.device("cpu"))
+
+
+# ---- analytic memory model vs measured tensor bytes -----------------------------------------------------
+@pytest.mark.parametrize("model", [{}, {"bias": False, "norm": "rmsnorm", "pos": "rope"}])
+def test_analytic_state_memory_matches_summed_tensor_bytes(model):
+    from steps.perf.memory import analytic_memory, param_counts, state_bytes
+    from steps.perf.step import TrainStep
+
+    p = perf_params(model={**TOY, **model})
+    ts = TrainStep(p, torch.device("cpu"))
+    assert sum(param_counts(ts.config).values()) == ts.model.num_params(non_embedding=False)
+    x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
+    ts.backward(ts.model(x, labels=x).loss)
+    ts.update()  # AdamW creates its state lazily, in the first step
+    measured = state_bytes(ts.model, ts.optimizer)
+    analytic = analytic_memory(ts.config, 4)
+    assert measured["params"] == analytic["params"] and measured["grads"] == analytic["grads"]
+    # optimizer: 2 fp32 states per parameter + one 4-byte `step` per parameter tensor
+    n_tensors = len(list(ts.model.parameters()))
+    assert measured["optimizer"] == analytic["optimizer"] + 4 * n_tensors
+    assert abs(measured["state"] / analytic["state"] - 1) < 0.10
+
+
+@pytest.mark.parametrize("attn,amp,ckpt", [("sdpa", "none", False), ("manual", "none", False),
+                                           ("sdpa", "bf16", False), ("sdpa", "none", True)])
+def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt):
+    from steps.perf.memory import SavedTensorMeter, analytic_memory
+    from steps.perf.step import TrainStep
+
+    p = perf_params(attn=attn, amp=amp, checkpoint_activations=ckpt)
+    ts = TrainStep(p, torch.device("cpu"))
+    x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
+    meter = SavedTensorMeter(ts.model)
+    with meter(), ts.autocast():
+        ts.model(x, labels=x)
+    a = analytic_memory(ts.config, 4, amp, ckpt, attn)
+    expected = a["activations"] + a["autocast_weights"]
+    assert abs(meter.bytes / expected - 1) < 0.02, (meter.bytes, expected)
+
+
+# ---- fused kernels vs unfused ops ----------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_fused_kernels_match_unfused_ops(dtype, tol):
+    from steps.perf.fused import parity_rows
+
+    rows = parity_rows(backend="eager", dtype=dtype, tol=tol, shape=(2, 2, 16, 16))
+    assert [r["component"] for r in rows] == ["fused softmax (masked)", "fused LayerNorm"]
+    assert all(r["ok"] for r in rows), rows
+
+
+def test_fused_model_matches_unfused_model_values_and_grads():
+    from steps.perf.fused import FusedLayerNorm, fuse_model
+    from steps.perf.step import TrainStep
+
+    p = perf_params(attn="manual")
+    ref = TrainStep(p, torch.device("cpu")).model
+    fused = TrainStep(p, torch.device("cpu")).model
+    fused.load_state_dict(ref.state_dict())
+    counts = fuse_model(fused, softmax=True, layernorm=True, backend="eager")
+    assert counts == {"softmax": TOY["n_layer"], "layernorm": 2 * TOY["n_layer"] + 1}
+    assert sum(isinstance(m, FusedLayerNorm) for m in fused.modules()) == counts["layernorm"]
+    x = torch.randint(0, TOY["vocab_size"], (3, TOY["block_size"]))
+    la, lb = ref(x, labels=x).loss, fused(x, labels=x).loss
+    la.backward()
+    lb.backward()
+    assert abs(la.item() - lb.item()) < 1e-6
+    for (name, a), b in zip(ref.named_parameters(), fused.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.slow
+def test_compiled_fused_kernels_match_unfused_ops():
+    """The CPU backend the perf cells run: torch.compile'd kernels (~20 s cold compile)."""
+    from steps.perf.fused import parity_rows
+
+    assert all(r["ok"] for r in parity_rows(backend="compiled", shape=(2, 2, 16, 16)))
+
+
+# ---- Change column ------------------------------------------------------------------------------------
+def test_change_lists_resolved_differences_only():
+    from steps.perf.stage import describe_change
+
+    base = perf_params()
+    cell = perf_params(amp="bf16", model={**TOY, "n_layer": 3}, desc="something")
+    assert describe_change(cell, base) == "amp=bf16, model.n_layer=3"
+    assert describe_change(base, base) == ""
+
+
+# ---- a smoke matrix end to end ------------------------------------------------------------------------
+def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
+    """baseline -> bf16 (reads the baseline: speedup, drift, Change) and a skipped CUDA cell,
+    through stage_main into a real MLflow store (in-process for speed: the smoke DAG runs the
+    same cells as `python -m steps.perf` jobs)."""
+    from steps.perf import run
+    from steps.tracking import stage_main, store
+
+    monkeypatch.chdir(tmp_path)
+    db = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", db)  # restored afterwards (mlflow exports it)
+    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2,
+                                                          "warmup_steps": 2, "peak_matmul_size": 128}})
+    recs = {}
+    for cell in ("baseline", "amp_bf16", "tf32"):
+        job = cell_config(cfg, "perf", cell)
+        job["common"] |= {"threads": 1, "tracking": {"uri": db}}
+        out = tmp_path / "results" / "perf" / cell
+        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
+        recs[cell] = json.loads((out / "metrics.json").read_text())
+    base, bf16, tf32 = recs["baseline"]["metrics"], recs["amp_bf16"]["metrics"], recs["tf32"]
+    assert tf32["status"] == "skipped" and "needs CUDA" in tf32["reason"]
+    for m in (base, bf16):
+        assert m["tokens_per_s_p10"] <= m["tokens_per_s"] <= m["tokens_per_s_p90"]
+        assert 0 < m["mfu"] and m["peak_mem_mib"] > 0 and math.isfinite(m["loss"])
+        assert abs(m["mem_state_err_pct"]) < 10
+    assert base["speedup"] == 1.0 and base["loss_drift"] == 0.0
+    assert bf16["speedup"] == pytest.approx(bf16["tokens_per_s"] / base["tokens_per_s"])
+    assert bf16["loss_drift"] == pytest.approx(bf16["loss"] - base["loss"])
+    assert 0 < abs(bf16["loss_drift"]) < 0.1  # bf16 rounding moves the loss, a little
+    assert recs["amp_bf16"]["info"]["change"] == "amp=bf16"
+    out = tmp_path / "results" / "perf" / "baseline"
+    timeline = (out / "memory_timeline.csv").read_text()
+    assert "inside forward 2" in timeline and "after zero_grad" in timeline
+    assert (out / "memory_timeline.png").exists() and (out / "memory.csv").exists()
+    client = store.client(db)
+    run_ = client.get_run(recs["amp_bf16"]["run_id"])
+    assert run_.data.metrics["tokens_per_s"] == pytest.approx(bf16["tokens_per_s"])
+    assert run_.data.params["amp"] == "bf16" and run_.data.tags["cell"] == "amp_bf16"
+    assert client.get_run(tf32["run_id"]).data.tags["status"] == "skipped"
