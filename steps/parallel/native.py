@@ -89,6 +89,10 @@ def apply_tp(model, mesh, sequence_parallel: bool) -> None:
             input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True))
 
 
+def _device_type() -> str:
+    return torch.get_default_device().type  # the worker sets cuda under NCCL
+
+
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
 
@@ -99,7 +103,7 @@ class NativeEngine:
         self.plan, s = plan, plan.strategy
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         names = tuple(plan.mesh)
-        self.mesh = init_device_mesh("cpu", tuple(plan.mesh.values()), mesh_dim_names=names)
+        self.mesh = init_device_mesh(_device_type(), tuple(plan.mesh.values()), mesh_dim_names=names)
         self.data_rank = self.mesh.get_local_rank(plan.data_axis) if plan.data_axis else 0
         self.data_size = plan.axis(plan.data_axis) if plan.data_axis else 1
         self.notes = ""
@@ -132,7 +136,7 @@ class NativeEngine:
             # (TorchTitan's dp_replicate): reduce-scatter over 1 rank is free, the all-reduce is DP's 2Ψ
             from torch.distributed.device_mesh import init_device_mesh
             sizes = (self.plan.axis("dp"), 1, self.plan.axis("tp"))
-            self.mesh = init_device_mesh("cpu", sizes, mesh_dim_names=("dp", "shard", "tp"))
+            self.mesh = init_device_mesh(_device_type(), sizes, mesh_dim_names=("dp", "shard", "tp"))
             fsdp_mesh = self.mesh["dp", "shard"]
         else:
             fsdp_mesh = self.mesh["fsdp"]
@@ -141,7 +145,7 @@ class NativeEngine:
         for block in model.transformer.h:
             fully_shard(block, mesh=fsdp_mesh)
         fully_shard(model, mesh=fsdp_mesh)
-        model.to_empty(device="cpu")
+        model.to_empty(device=_device_type())
         set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         return model
 
@@ -156,7 +160,7 @@ class NativeEngine:
         self.stage_names = [k for k, p in ref.named_parameters() if id(p) in mine]
         self.stage_params = sum(p.numel() for p in stage.parameters())
         self.ref_model, self.model = ref, stage
-        pstage = PipelineStage(stage, self.rank, S, torch.device("cpu"))
+        pstage = PipelineStage(stage, self.rank, S, torch.get_default_device())
         cls = ScheduleGPipe if self.plan.schedule == "gpipe" else Schedule1F1B
         self.schedule = cls(pstage, n_microbatches=self.plan.microbatches, loss_fn=causal_lm_loss)
 

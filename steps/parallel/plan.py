@@ -33,6 +33,7 @@ class Plan:
     lr: float = 1e-3
     optimizer: str = "adam"            # adam | sgd (momentum 0.9): see parity note in optimizer_for()
     seed: int = 1234
+    cross_backend: bool = False        # jax cells: also run the torch single-device step and compare
     sequence_parallel: bool = False    # native TP on the GPT: shard LayerNorm/dropout activations on sequence
     mlp: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "layers": 4})
     gpt: dict = field(default_factory=lambda: {"vocab_size": 128, "block_size": 16, "n_layer": 2,
@@ -78,6 +79,8 @@ class Plan:
         if self.strategy not in STRATEGY_AXES:
             raise PlanError(f"sharding.strategy {self.strategy!r} unknown; use one of {list(STRATEGY_AXES)}")
         want = STRATEGY_AXES[self.strategy]
+        if self.backend == "jax_lessons":
+            return
         if self.backend != "jax_lessons" and tuple(self.mesh) != want:
             raise PlanError(f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
                             f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}")

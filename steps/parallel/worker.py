@@ -47,7 +47,7 @@ class ScratchEngine:
             self.model = TensorParallelMLP(full)
         elif s == "dp_tp":
             from torch.distributed.device_mesh import init_device_mesh
-            mesh = init_device_mesh("cpu", tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
+            mesh = init_device_mesh(torch.get_default_device().type, tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
             self.model = DataParallel(TensorParallelMLP(full, mesh.get_group("tp")), mesh.get_group("dp"))
             self.data_rank, self.data_size = mesh.get_local_rank("dp"), plan.axis("dp")
         elif s == "pp":
@@ -198,8 +198,9 @@ def main() -> None:
     torch.set_num_threads(1)
     backend = plan.launch.get("dist_backend", "gloo")
     dist.init_process_group(backend, timeout=timedelta(seconds=float(plan.launch.get("timeout_s", 120))))
-    if backend == "nccl":
+    if backend == "nccl":  # CUDA: every factory call below lands on this rank's GPU (untested here: no GPU)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
     try:
         run(plan, Path(args.out))
     finally:

@@ -1,0 +1,122 @@
+"""Sharding: every strategy as real processes (torchrun / N JAX host devices) against one device,
+the analytic cost model on a toy MLP, and fail-fast launching (a killed or hung rank)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from steps.parallel import analytic as A
+from steps.parallel.launch import LaunchError, launch
+from steps.parallel.plan import Plan, PlanError
+from steps.parallel.pp import schedule_order
+from steps.sharding import summarize
+
+TINY = {"mlp": {"dim": 8, "hidden": 16, "layers": 2}, "batch_size": 8, "steps": 2,
+        "gpt": {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
+        "launch": {"timeout_s": 90}}
+
+
+def plan(**kw) -> Plan:
+    return Plan.from_params({**TINY, **kw})
+
+
+# ---- analytic model, by hand on a toy MLP: d=4, h=8, L=2 -> Ψ = 2·(2·4·8 + 8 + 4) = 152 ----------
+def toy(**kw):
+    return Plan.from_params({"mlp": {"dim": 4, "hidden": 8, "layers": 2}, "batch_size": 8, **kw})
+
+
+def test_analytic_formulas_on_toy_mlp():
+    assert A.mlp_psi(toy()) == 152
+    assert A.mlp_comm(toy(strategy="dp", mesh={"dp": 2})) == 2 * (1 / 2) * 152 * 4        # 2Ψ(N-1)/N·b
+    assert A.mlp_comm(toy(strategy="fsdp", mesh={"fsdp": 2})) == 3 * (1 / 2) * 152 * 4    # 3Ψ(N-1)/N·b
+    assert A.mlp_comm(toy(strategy="tp", mesh={"tp": 2})) == 3 * 2 * (1 / 2) * 8 * 4 * 4  # (2L-1) AR of B·d
+    assert A.mlp_comm(toy(strategy="pp", mesh={"pp": 2})) == 2 * 8 * 4 * 4 / 2          # acts + grads
+    assert A.mlp_local_params(toy(strategy="tp", mesh={"tp": 2})) == 2 * ((64 + 8) / 2 + 4)  # b2 replicated
+    assert A.mlp_local_params(toy(strategy="fsdp", mesh={"fsdp": 2})) == 76
+    p = toy(strategy="dp_tp", mesh={"dp": 2, "tp": 2})  # TP on B/2 rows + DP over the TP shard
+    assert A.mlp_comm(p) == 3 * 2 * (1 / 2) * 4 * 4 * 4 + 2 * (1 / 2) * 80 * 4
+    assert toy(strategy="dp", mesh={"dp": 2}).state_tensors * 152 * 4 == 2432                # Adam: 4Ψ·b
+    assert toy(strategy="pp", mesh={"pp": 2}, microbatches=4).pipeline_bubble() == pytest.approx(1 / 5)
+
+
+def test_one_f_one_b_order_holds_fewer_microbatches():
+    assert schedule_order("1f1b", 0, 2, 4) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1),
+                                               ("F", 3), ("B", 2), ("B", 3)]
+    assert schedule_order("1f1b", 1, 2, 4)[:2] == [("F", 0), ("B", 0)]
+    assert schedule_order("gpipe", 0, 2, 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
+
+
+def test_plan_rejects_inconsistent_mesh():
+    with pytest.raises(PlanError, match="needs mesh axes"):
+        Plan.from_params({"strategy": "dp_tp", "mesh": {"tp": 2, "dp": 2}})
+    with pytest.raises(PlanError, match="divide"):
+        Plan.from_params({"strategy": "tp", "mesh": {"tp": 3}, "mlp": {"dim": 4, "hidden": 8, "layers": 2}})
+
+
+# ---- real multi-process runs against one device ---------------------------------------------------
+CASES = [
+    ("torch_scratch", "dp", {"dp": 2}, {}),
+    ("torch_scratch", "fsdp", {"fsdp": 2}, {}),
+    ("torch_scratch", "tp", {"tp": 2}, {}),
+    ("torch_scratch", "pp", {"pp": 2}, {"schedule": "1f1b", "microbatches": 4}),
+    ("torch_scratch", "dp_tp", {"dp": 2, "tp": 2}, {}),
+    ("torch_scratch", "dp", {"dp": 2}, {"dtype": "float64"}),
+    ("torch_native", "dp", {"dp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    ("torch_native", "fsdp", {"fsdp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    ("torch_native", "tp", {"tp": 2}, {"model": "gpt", "optimizer": "sgd", "sequence_parallel": True}),
+    ("torch_native", "pp", {"pp": 2}, {"model": "gpt", "optimizer": "sgd", "schedule": "gpipe"}),
+    ("torch_native", "fsdp_tp", {"fsdp": 2, "tp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    ("jax_jit", "dp_tp", {"dp": 2, "tp": 2}, {"cross_backend": True}),
+    ("jax_shard_map", "fsdp_tp", {"fsdp": 2, "tp": 2}, {}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,strategy,mesh,extra", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2].values()))}{'-' + c[3].get('dtype', '') if c[3].get('dtype') else ''}"
+                              for c in CASES])
+def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra):
+    p = plan(backend=backend, strategy=strategy, mesh=mesh, **extra)
+    m = summarize(p, launch(p, tmp_path))
+    assert m["parity_max_dloss"] <= p.tolerance
+    assert m["parity_max_dgrad"] <= p.tolerance  # gradients, not only losses (FSDP2-on-gloo report)
+    assert m["parity_max_dparam"] <= p.tolerance
+    assert abs(m["state_ratio"] - 1) <= 0.01
+    if backend.startswith("torch") or strategy != "fsdp_tp":  # XLA keeps FSDP gathers from fwd to bwd
+        assert abs(m["comm_ratio"] - 1) <= 0.05
+    if extra.get("cross_backend"):
+        assert m["xbackend_max_dparam"] <= 1e-5 and m["xbackend_max_dloss"] <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exit", "hang"])
+def test_a_dead_or_hung_rank_fails_fast(tmp_path, mode):
+    timeout = 20
+    p = plan(strategy="dp", mesh={"dp": 2}, steps=3, fault={"kill_rank": 1, "at_step": 1, "mode": mode},
+             launch={"timeout_s": timeout})
+    t0 = time.time()
+    with pytest.raises(LaunchError, match="exit code|timed out"):
+        launch(p, tmp_path)
+    assert time.time() - t0 < timeout + 10
+
+
+@pytest.mark.slow
+def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
+    """The real stage module: torchrun underneath, one MLflow run (sqlite in tmp) for the cell."""
+    cfg = {"stage": "sharding", "cell": "t", "common": {"seed": 1, "device": "cpu", "threads": 1,
+           "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}},
+           "params": {**TINY, "backend": "torch_scratch", "strategy": "tp", "mesh": {"tp": 2}}}
+    out = tmp_path / "results/sharding/t"
+    subprocess.run([sys.executable, "-m", "steps.sharding", "--out", str(out), "--cfg", json.dumps(cfg)],
+                   check=True, cwd=tmp_path, timeout=180, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["status"] == "ok" and rec["metrics"]["parity_ok"] == 1.0
+    import mlflow
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("n00bgpt/sharding")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].data.metrics["comm_ratio"] == pytest.approx(1.0)
+    assert (out / "memory_comm.png").exists() and (out / "per_rank.csv").exists()
