@@ -22,6 +22,11 @@ def analogy_total(path: str) -> int:
     return sum(1 for line in open(path) if line.strip() and not line.startswith(":"))
 
 
+def pairs_in_vocab(kv, path: str) -> float:
+    rows = [line.lower().split("\t")[:2] for line in open(path) if not line.startswith("#")]
+    return sum(a in kv and b in kv for a, b in rows) / len(rows)
+
+
 def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tuple[dict, dict]:
     """Returns (metrics, info). Analogy accuracy is over the questions whose four words are in
     the first `restrict_vocab` words of the vocabulary (gensim's rule; others are skipped and
@@ -46,8 +51,11 @@ def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tupl
          "analogy_semantic_acc": part(False), "analogy_syntactic_acc": part(True),
          "restrict_vocab": restrict_vocab, "vocab_size": len(kv)}
     for key, name in (("ws353", WS353), ("simlex", SIMLEX)):
-        _, spearman, oov = kv.evaluate_word_pairs(datapath(name), restrict_vocab=restrict_vocab,
-                                                  case_insensitive=True)
+        try:
+            _, spearman, oov = kv.evaluate_word_pairs(datapath(name), restrict_vocab=restrict_vocab,
+                                                      case_insensitive=True)
+        except ValueError:  # fewer than 2 pairs in vocabulary: no correlation to compute
+            spearman, oov = (float("nan"),), 100.0 * (1 - pairs_in_vocab(kv, datapath(name)))
         m[f"{key}_spearman"] = float(spearman[0])
         m[f"{key}_oov"] = oov / 100.0
     info = {}

@@ -37,6 +37,7 @@ class TrainConfig:
     batch_size: int = 512          # skip-gram pairs (or CBOW centers) per step
     fused: bool = True             # hand-written SGD step (only with optimizer sgd)
     table_size: int = 1_000_000
+    chunk_words: int = 4_000_000   # tokens whose examples are built at once
     log_every: int = 50
     seed: int = 0
 
@@ -49,7 +50,7 @@ class TrainConfig:
 
     def check(self) -> None:
         """The code-path guard behind the schema minimums (a hand-made config meets it too)."""
-        for key in ("dim", "window", "negative", "epochs", "batch_size", "table_size"):
+        for key in ("dim", "window", "negative", "epochs", "batch_size", "table_size", "chunk_words"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"word2vec: {key} must be >= 1, got {getattr(self, key)}")
         if self.arch not in ("skipgram", "cbow"):
@@ -144,6 +145,17 @@ class Batches:
                     yield self.inputs[s:e], targets[s - b0:e - b0], None, e
 
 
+def chunk_bounds(sid: np.ndarray, chunk_words: int) -> list[tuple[int, int]]:
+    """Token ranges of about chunk_words, cut at sentence starts (no window crosses a cut), so
+    an epoch's examples never have to be in memory all at once."""
+    starts = np.flatnonzero(np.diff(sid, prepend=-1))
+    cuts = [0]
+    for pos in starts:
+        if pos - cuts[-1] >= chunk_words:
+            cuts.append(int(pos))
+    return list(zip(cuts, cuts[1:] + [len(sid)]))
+
+
 def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: TrainConfig,
           device="cpu", progress=None, log=None) -> tuple[np.ndarray, dict]:
     """Train and return (input vectors as float32 numpy, stats). `raw_words` = corpus tokens per
@@ -161,37 +173,39 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     total = raw_words * cfg.epochs
     bar = progress(total=total, unit="w", unit_scale=True, desc="word2vec") if progress else None
     step, examples, lr, losses = 0, 0, cfg.lr, []
-    t0, c0 = time.perf_counter(), time.process_time()
+    bounds = chunk_bounds(sid, cfg.chunk_words)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for epoch in range(cfg.epochs):
-        batches = Batches(cfg, ids, sid, keep, table, rng, gen, device)
-        done = 0
-        for inputs, targets, offsets, end in batches:
-            frac = (epoch + end / batches.n) / cfg.epochs
-            if cfg.schedule == "linear":  # word2vec: decay linearly with words processed
-                lr = max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac)
-            step += 1
-            logging = step % cfg.log_every == 0
-            if cfg.fused:
-                loss = fused_sgd_step(model, inputs, targets, lr, offsets, with_loss=logging)
-            else:
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                opt.zero_grad(set_to_none=True)
-                loss = model(inputs, targets, offsets)
-                loss.backward()
-                opt.step()
-            examples += len(targets)
-            if logging:  # the loss of every log_every-th batch, per example
-                losses.append(float(loss) / len(targets))
-                if log:
-                    log({"loss": losses[-1], "lr": lr, "epoch": frac * cfg.epochs}, step)
-            if bar is not None:
-                words = int(raw_words * end / batches.n) - done
-                bar.update(words)
-                done += words
+        for a, z in bounds:
+            batches = Batches(cfg, ids[a:z], sid[a:z], keep, table, rng, gen, device)
+            chunk_raw, done = raw_words * (z - a) / len(ids), 0
+            for inputs, targets, offsets, end in batches:
+                frac = (epoch + (a + (z - a) * end / batches.n) / len(ids)) / cfg.epochs
+                if cfg.schedule == "linear":  # word2vec: decay linearly with words processed
+                    lr = max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac)
+                step += 1
+                logging = step % cfg.log_every == 0
+                if cfg.fused:
+                    loss = fused_sgd_step(model, inputs, targets, lr, offsets, with_loss=logging)
+                else:
+                    for group in opt.param_groups:
+                        group["lr"] = lr
+                    opt.zero_grad(set_to_none=True)
+                    loss = model(inputs, targets, offsets)
+                    loss.backward()
+                    opt.step()
+                examples += len(targets)
+                if logging:  # the loss of every log_every-th batch, per example
+                    losses.append(float(loss.detach()) / len(targets))
+                    if log:
+                        log({"loss": losses[-1], "lr": lr, "epoch": frac * cfg.epochs}, step)
+                if bar is not None:
+                    words = int(chunk_raw * end / batches.n) - done
+                    bar.update(words)
+                    done += words
     if device.type == "cuda":
         torch.cuda.synchronize()
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if bar is not None:
         bar.close()
     stats = {"train_seconds": seconds, "words_per_s": total / seconds, "train_cpu_s": cpu,

@@ -1,0 +1,224 @@
+"""word2vec pieces against their formulas and references: subsampling, the negative table, the
+dynamic window, the hand-written SGD step vs autograd + torch.optim.SGD, a toy corpus whose
+structure is known, the export round trip through gensim, and bad configs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from steps.config import ConfigError, validate_config
+from steps.w2v.evaluate import keyed_vectors, save_word2vec_text
+from steps.w2v.model import SGNS
+from steps.w2v.pairs import cbow_examples, subsample, window_pairs
+from steps.w2v.text import sentences, tokenize
+from steps.w2v.train import TrainConfig, fused_sgd_step, train
+from steps.w2v.vocab import Vocab
+
+torch.set_num_threads(1)
+
+
+def zipf_vocab() -> Vocab:
+    counts = (20000 / np.arange(1, 201) ** 1.1).astype(np.int64) + 5
+    return Vocab([f"w{i}" for i in range(len(counts))], counts)
+
+
+def test_tokenize_is_shared_and_simple():
+    assert tokenize("O, Romeo! 'Tis the EAST; o'er-hasty") == ["o", "romeo", "tis", "the", "east",
+                                                             "o'er", "hasty"]
+    assert sentences(["a b c d e"], max_len=2) == [["a", "b"], ["c", "d"], ["e"]]
+
+
+def test_vocab_min_count_and_order():
+    v = Vocab.build([["b", "a", "a", "c", "b", "a"], ["d"]], min_count=2)
+    assert v.words == ["a", "b"] and v.counts.tolist() == [3, 2]
+    ids, sid = v.encode([["a", "x", "b"], ["b"]])
+    assert ids.tolist() == [0, 1, 1] and sid.tolist() == [0, 0, 1]
+
+
+def test_subsampling_matches_formula():
+    v = zipf_vocab()
+    sample = 1e-3
+    t = sample * v.counts.sum()
+    expected = np.minimum(1, (np.sqrt(v.counts / t) + 1) * t / v.counts)
+    np.testing.assert_allclose(v.keep_prob(sample), expected)
+    assert v.keep_prob(sample)[-1] == 1.0 and v.keep_prob(sample)[0] < 0.5
+    assert (v.keep_prob(0) == 1).all()
+    # empirical keep rate of the most frequent word: within 4 sigma of the formula
+    n = 200_000
+    ids = np.zeros(n, dtype=np.int64)
+    kept, _ = subsample(ids, ids.copy(), v.keep_prob(sample), np.random.default_rng(0))
+    p = expected[0]
+    assert abs(len(kept) / n - p) < 4 * np.sqrt(p * (1 - p) / n)
+
+
+def test_negative_table_matches_unigram_power():
+    v = zipf_vocab()
+    size = 1_000_000
+    table = v.negative_table(size)
+    freq = np.bincount(table, minlength=len(v)) / len(table)
+    p = v.counts ** 0.75 / (v.counts ** 0.75).sum()
+    np.testing.assert_allclose(freq, p, atol=1.0 / size)
+    # draws from the table follow the same law (chi-square-ish bound on the top words)
+    draws = table[np.random.default_rng(0).integers(0, len(table), 500_000)]
+    emp = np.bincount(draws, minlength=len(v))[:10] / 500_000
+    assert np.all(np.abs(emp - p[:10]) < 5 * np.sqrt(p[:10] / 500_000))
+
+
+def test_dynamic_window_weights_and_sentence_bounds():
+    W, n = 4, 60_000
+    sid = np.repeat(np.arange(n // 30), 30)
+    c, x = window_pairs(sid, W, np.random.default_rng(0))
+    assert (sid[c] == sid[x]).all() and (c != x).all()
+    dist = np.abs(c - x)
+    assert dist.max() == W
+    # a center sees a neighbour at distance d with probability (W - d + 1) / W; a 30-word
+    # sentence has 30 - d such neighbours per direction
+    counts = np.bincount(dist, minlength=W + 1)[1:]
+    per_slot = counts / np.array([(30 - d) * 2 * (n // 30) for d in range(1, W + 1)])
+    np.testing.assert_allclose(per_slot, [(W - d + 1) / W for d in range(1, W + 1)], atol=0.01)
+
+
+def test_cbow_bags_are_the_windows():
+    sid = np.zeros(50, dtype=np.int64)
+    ids = np.arange(50)
+    centers, flat, offsets = cbow_examples(ids, sid, 3, np.random.default_rng(1))
+    assert len(centers) == 50
+    bags = np.split(flat, offsets[1:])
+    for c, bag in zip(centers, bags):
+        assert c not in bag and 1 <= len(bag) <= 6 and np.abs(bag - c).max() <= 3
+
+
+@pytest.mark.parametrize("cbow", [False, True])
+def test_fused_sgd_step_equals_autograd_sgd(cbow):
+    torch.manual_seed(0)
+    V, d, B, K, lr = 50, 16, 64, 5, 0.1
+    a = SGNS(V, d)
+    torch.nn.init.normal_(a.out, std=0.3)
+    b = SGNS(V, d)
+    b.load_state_dict(a.state_dict())
+    targets = torch.randint(V, (B, 1 + K))
+    if cbow:
+        lens = torch.randint(1, 5, (B,))
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)[:-1]])
+        inputs = torch.randint(V, (int(lens.sum()),))
+    else:
+        offsets, inputs = None, torch.randint(V, (B,))
+    opt = torch.optim.SGD(a.parameters(), lr=lr)
+    loss_a = a(inputs, targets, offsets)
+    loss_a.backward()
+    assert a.inp.grad.is_sparse and a.out.grad.is_sparse
+    opt.step()
+    loss_b = fused_sgd_step(b, inputs, targets, lr, offsets)
+    torch.testing.assert_close(loss_b, loss_a.detach())
+    torch.testing.assert_close(b.inp, a.inp, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(b.out, a.out, atol=1e-6, rtol=1e-5)
+
+
+def toy_corpus(n_sent=400, seed=0):
+    """Two topics that never share a sentence: a-words and b-words."""
+    rng = np.random.default_rng(seed)
+    groups = [[f"a{i}" for i in range(6)], [f"b{i}" for i in range(6)]]
+    return [list(rng.choice(groups[k % 2], 12)) for k in range(n_sent)]
+
+
+def cluster_gap(words, vectors):
+    x = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cos = x @ x.T
+    grp = np.array([w[0] for w in words])
+    same = grp[:, None] == grp[None, :]
+    off = ~np.eye(len(words), dtype=bool)
+    return cos[same & off].mean(), cos[~same].mean()
+
+
+@pytest.mark.parametrize("optimizer,arch", [("sgd", "skipgram"), ("sgd", "cbow"),
+                                            ("sparseadam", "skipgram"), ("adagrad", "skipgram")])
+def test_toy_clusters_loss_decreases(optimizer, arch):
+    sents = toy_corpus()
+    v = Vocab.build(sents, 1)
+    ids, sid = v.encode(sents)
+    lr = {"sgd": 0.05, "sparseadam": 0.01, "adagrad": 0.1}[optimizer]
+    cfg = TrainConfig(arch=arch, dim=16, window=3, negative=3, sample=0, epochs=4, lr=lr,
+                      optimizer=optimizer, fused=optimizer == "sgd", batch_size=64, log_every=1)
+    losses = []
+    vec, stats = train(v, ids, sid, len(ids), cfg, log=lambda m, step: losses.append(m["loss"]))
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+    within, across = cluster_gap(v.words, vec)
+    assert within > across + 0.3, (within, across)
+    assert stats["words_per_s"] > 0 and stats["examples"] > 0
+
+
+def test_training_is_deterministic():
+    sents = toy_corpus(100)
+    v = Vocab.build(sents, 1)
+    ids, sid = v.encode(sents)
+    cfg = TrainConfig(dim=8, window=2, negative=2, epochs=1, batch_size=32, seed=3)
+    a, _ = train(v, ids, sid, len(ids), cfg)
+    b, _ = train(v, ids, sid, len(ids), cfg)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_gensim_baseline_same_vocabulary_and_clusters():
+    from steps.w2v.baseline import train_gensim
+
+    sents = toy_corpus()
+    cfg = TrainConfig(dim=16, window=3, negative=3, sample=0, epochs=4, lr=0.05)
+    kv, stats = train_gensim(sents, cfg, min_count=1, workers=1)
+    assert set(kv.index_to_key) == set(Vocab.build(sents, 1).words)
+    assert stats["raw_words"] == 4 * sum(map(len, sents))
+    within, across = cluster_gap(kv.index_to_key, kv.vectors)
+    assert within > across + 0.3
+
+
+def test_export_round_trip_through_gensim(tmp_path):
+    from gensim.models import KeyedVectors
+
+    rng = np.random.default_rng(0)
+    words = ["king", "queen", "o'er", "tis", "x"]
+    vec = rng.normal(size=(5, 7)).astype(np.float32) * 10.0 ** rng.integers(-4, 3, (5, 1))
+    path = save_word2vec_text(tmp_path / "v.txt", words, vec)
+    kv = KeyedVectors.load_word2vec_format(str(path), binary=False)
+    assert kv.index_to_key == words
+    np.testing.assert_allclose(kv.vectors, vec, rtol=1e-5)
+    with pytest.raises(ValueError, match="cannot be written"):
+        save_word2vec_text(tmp_path / "bad.txt", ["two words"], vec[:1])
+
+
+def test_evaluation_suite_on_known_vectors():
+    from steps.w2v.evaluate import evaluate
+
+    # a planted analogy: queen = king - man + woman exactly, others random
+    rng = np.random.default_rng(0)
+    words = ["king", "man", "woman", "queen", "boy", "girl", "tiger", "cat"]
+    vec = rng.normal(size=(len(words), 20)).astype(np.float32)
+    vec[3] = vec[0] - vec[1] + vec[2]
+    m, info = evaluate(keyed_vectors(words, vec), restrict_vocab=30000, probes=["king", "absent"])
+    assert info["king_man_woman_top5"].split(", ")[0] == "queen"
+    assert m["king_man_woman_queen_rank"] == 1
+    assert m["analogy_n"] >= 1 and 0 <= m["analogy_acc"] <= 1
+    assert 0.9 < m["ws353_oov"] < 1 and 0.9 < m["simlex_oov"] <= 1
+    assert set(info["neighbours"]) == {"king"}
+
+
+@pytest.mark.parametrize("key", ["window", "dim"])
+def test_bad_config_rejected_with_clear_error(key):
+    with pytest.raises(ConfigError, match=f"word2vec.{key}.*minimum 1"):
+        validate_config({"word2vec": {key: 0}})
+    with pytest.raises(ConfigError, match=f"(?s)word2vec.cells.bad.*'{key}' must satisfy minimum 1"):
+        validate_config({"word2vec": {"cells": {"bad": {key: 0}}}})
+    # the code path checks too (a config that never went through the schema)
+    with pytest.raises(ValueError, match=f"{key} must be >= 1, got 0"):
+        TrainConfig.from_params({key: 0})
+    with pytest.raises(ValueError, match="fused=true"):
+        TrainConfig.from_params({"optimizer": "sparseadam", "fused": True})
+
+
+def test_chunks_cut_at_sentence_starts_and_cover_everything():
+    from steps.w2v.train import chunk_bounds
+
+    sid = np.repeat(np.arange(10), 7)
+    bounds = chunk_bounds(sid, 20)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(sid)
+    assert all(z == a2 for (_, z), (a2, _) in zip(bounds, bounds[1:]))
+    assert [a for a, _ in bounds] == [0, 21, 42, 63]
+    assert chunk_bounds(sid, 10**9) == [(0, len(sid))]
