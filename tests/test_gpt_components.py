@@ -102,6 +102,11 @@ def test_attention_local_heads_like_tensor_parallel():
         shard.o_proj.weight = torch.nn.Parameter(shard.o_proj.weight[:, rows].clone())
         parts.append(shard(x))
     torch.testing.assert_close(parts[0] + parts[1], attn(x), rtol=0, atol=1e-12)
+    # hooks (what parallelize_module installs) switch the fused-qkv shortcut off: modules are called
+    calls = []
+    attn.k_proj.register_forward_hook(lambda *a: calls.append(1))
+    torch.testing.assert_close(attn(x), parts[0] + parts[1], rtol=0, atol=1e-12)
+    assert calls == [1]
 
 
 def test_custom_functions_swap_keeps_state_dict_and_grads():

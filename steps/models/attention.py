@@ -8,6 +8,10 @@ the config: a TP rank holds only its local heads.
 Two paths compute the same thing:
 - "sdpa": F.scaled_dot_product_attention (fused, the fast default);
 - "manual": softmax(q k^T / sqrt(d) + mask) v with the hand-written Softmax Function.
+
+Speed: when q/k/v are plain nn.Linear on ordinary tensors (no TP/FSDP DTensors, no hooks, not
+swapped for the hand-written Linear) they run as ONE matmul on the concatenated weights — one
+large GEMM is faster than three small ones on a CPU; the weight copy is tiny (3·d² vs B·T·3d).
 """
 from __future__ import annotations
 
@@ -17,8 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # torch built without distributed
+    class DTensor:  # noqa: D101 - placeholder that nothing is an instance of
+        pass
+
 from steps.models.positional import rope_cos_sin, rope_neox
 from steps.models.softmax import softmax
+
+
+def _plain_linear(m: nn.Module) -> bool:
+    return (type(m) is nn.Linear and not isinstance(m.weight, DTensor)
+            and not (m._forward_hooks or m._forward_pre_hooks))
 
 
 def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
@@ -41,11 +56,17 @@ class CausalSelfAttention(nn.Module):
         self.rope = config.pos == "rope"
         self.softmax = softmax  # manual path's softmax; the perf stage plugs in a fused kernel
 
+    def qkv(self, x):
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        if not all(map(_plain_linear, projs)):
+            return [p(x) for p in projs]
+        w = torch.cat([p.weight for p in projs])
+        b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+        return F.linear(x, w, b).split([p.weight.shape[0] for p in projs], dim=-1)
+
     def forward(self, x, layer_past=None, use_cache=False):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, h_local, T, hd)
-        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in self.qkv(x))  # (B, h_local, T, hd)
         past = 0 if layer_past is None else layer_past[0].shape[2]
         if self.rope:  # rotate q and k by their absolute positions past .. past+T-1 (NeoX layout)
             cos, sin = rope_cos_sin(past + T, self.head_dim, dtype=q.dtype, device=q.device)
