@@ -50,7 +50,7 @@ def load_elements(db: Path | None = None) -> list[dict]:
 
 
 # ---- fact text ---------------------------------------------------------------------------------
-def snippet(text: str | None, max_chars: int = 220) -> str:
+def snippet(text: str | None, max_chars: int = 160) -> str:
     """First sentences of a long field, up to max_chars (keeps contexts short for CPU training)."""
     if not text:
         return ""

@@ -1,0 +1,49 @@
+"""Dataset.map preprocessing and the multiple-choice collator.
+
+Each question becomes 5 sequence pairs: first = prompt [SEP] context (when the cell uses context),
+second = one option. Truncation is `only_first`, so the option text always survives and a long
+context loses its tail (the prompt comes first and survives too).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from steps.mcq.data import LETTERS
+
+
+def preprocess(batch: dict, tokenizer, use_context: bool, max_length: int) -> dict:
+    """Batched Dataset.map function: 5 tokenized pairs per question, plus `label` when known."""
+    n = len(batch["prompt"])
+    firsts = []
+    for i in range(n):
+        ctx = batch["context"][i] if use_context and "context" in batch else ""
+        first = f"{batch['prompt'][i]} {tokenizer.sep_token} {ctx}" if ctx else batch["prompt"][i]
+        firsts += [first] * 5
+    seconds = [batch[letter][i] for i in range(n) for letter in LETTERS]
+    enc = tokenizer(firsts, seconds, truncation="only_first", max_length=max_length)
+    out = {k: [v[i * 5:(i + 1) * 5] for i in range(n)] for k, v in enc.items()}
+    out["length"] = [max(map(len, ids)) for ids in out["input_ids"]]  # for group_by_length
+    if "answer" in batch and all(a in LETTERS for a in batch["answer"]):
+        out["label"] = [LETTERS.index(a) for a in batch["answer"]]
+    return out
+
+
+@dataclass
+class MultipleChoiceCollator:
+    """features (each: 5 token lists) -> flatten to 5B sequences -> pad -> reshape to B x 5 x L."""
+    tokenizer: object
+    pad_to_multiple_of: int | None = 8
+
+    def __call__(self, features: list[dict]) -> dict:
+        import torch
+
+        labels = [f["label"] for f in features] if "label" in features[0] else None
+        keys = [k for k in features[0] if k not in ("label", "labels", "length")]
+        n_choices = len(features[0]["input_ids"])
+        flat = [{k: f[k][c] for k in keys} for f in features for c in range(n_choices)]
+        batch = self.tokenizer.pad(flat, padding=True, pad_to_multiple_of=self.pad_to_multiple_of,
+                                   return_tensors="pt")
+        batch = {k: v.view(len(features), n_choices, -1) for k, v in batch.items()}
+        if labels is not None:
+            batch["labels"] = torch.tensor(labels, dtype=torch.long)
+        return batch

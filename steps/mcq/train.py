@@ -1,0 +1,102 @@
+"""Trainer glue: datasets from the CSV splits, the MLflow bridge, throughput, best checkpoint.
+
+MLflow: the job's run is created by StageRun through MlflowClient and is never the fluent
+"active run", so HF's MLflowCallback would open a second run. We use report_to="none" and a
+TrainerCallback that forwards Trainer logs to ctx.log_metrics: exactly one run per job.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+
+os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # belt and braces: no auto MLflow runs
+
+
+def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, max_length: int,
+                limits: dict[str, int]):
+    """DatasetDict of tokenized splits (Dataset.map, batched) from validated CSV frames."""
+    from datasets import Dataset, DatasetDict
+
+    from steps.mcq.features import preprocess
+
+    out = {}
+    for name, df in splits.items():
+        if limits.get(name):
+            df = df.head(limits[name])
+        ds = Dataset.from_pandas(df.reset_index(drop=True), preserve_index=False)
+        out[name] = ds.map(preprocess, batched=True, remove_columns=ds.column_names,
+                           fn_kwargs={"tokenizer": tokenizer, "use_context": use_context,
+                                      "max_length": max_length}, desc=f"tokenize {name}")
+    return DatasetDict(out)
+
+
+def make_trainer_classes():
+    """Defined lazily so importing this module does not import transformers."""
+    from transformers import Trainer, TrainerCallback
+
+    class Throughput(TrainerCallback):
+        """Wall time of optimizer steps only (no evaluation or checkpointing in it)."""
+        def __init__(self):
+            self.step_time, self.t0 = 0.0, None
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.step_time += time.perf_counter() - self.t0
+
+    class ToStageRun(TrainerCallback):
+        """Trainer logs (loss, lr, eval_map3 ...) -> the job's own MLflow run, step = global step."""
+        def __init__(self, ctx):
+            self.ctx = ctx
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            numeric = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+            self.ctx.log_metrics(numeric, step=state.global_step)
+
+    class CountingTrainer(Trainer):
+        """Counts examples and padded tokens the training steps really processed (for MFU)."""
+        examples = 0
+        tokens = 0
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.examples += inputs["input_ids"].shape[0]
+            self.tokens += inputs["input_ids"].numel()
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    return Throughput, ToStageRun, CountingTrainer
+
+
+def training_args(p: dict, out: Path, seed: int, device, train: bool):
+    from transformers import TrainingArguments
+
+    cuda = device.type == "cuda"
+    precision = p["precision"]
+    if precision == "auto":
+        precision = "bf16" if cuda and __import__("torch").cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
+    return TrainingArguments(
+        output_dir=str(out / "checkpoints"), seed=seed, data_seed=seed, use_cpu=not cuda,
+        num_train_epochs=p["epochs"], max_steps=p["max_steps"] if p["max_steps"] > 0 else -1,
+        per_device_train_batch_size=p["batch_size"], per_device_eval_batch_size=p["eval_batch_size"],
+        gradient_accumulation_steps=p["grad_accum"], learning_rate=p["lr"], weight_decay=p["weight_decay"],
+        warmup_steps=p["warmup_ratio"], lr_scheduler_type="linear", optim="adamw_torch",
+        bf16=precision == "bf16", fp16=precision == "fp16",
+        eval_strategy="epoch" if train else "no", save_strategy="epoch" if train else "no",
+        save_only_model=True, save_total_limit=1, load_best_model_at_end=train,
+        metric_for_best_model="map3", greater_is_better=True,
+        logging_strategy="steps", logging_steps=p["logging_steps"], logging_first_step=True,
+        report_to="none", disable_tqdm=False, dataloader_num_workers=0, remove_unused_columns=False,
+        train_sampling_strategy="group_by_length" if p["group_by_length"] else "random",
+    ), precision
+
+
+def keep_only_best(trainer, out: Path) -> Path:
+    """Save the (best, loaded at end) model once under out/best and drop epoch checkpoints."""
+    best = out / "best"
+    trainer.save_model(str(best))
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return best

