@@ -189,7 +189,7 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     db = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", db)  # restored afterwards (mlflow exports it)
     cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2,
-                                                          "warmup_steps": 2, "peak_matmul_size": 128}})
+                                                          "warmup_steps": 3, "peak_matmul_size": 128}})
     recs = {}
     for cell in ("baseline", "amp_bf16", "tf32"):
         job = cell_config(cfg, "perf", cell)

@@ -20,6 +20,9 @@ REPORT_COLUMNS = {
     "drift": "metrics.loss_drift",
     "state mem err %": "metrics.mem_state_err_pct",
 }
+REPORT_HEADLINE = ("best speedup over the fp32 eager baseline", "× baseline", "max")
+REPORT_CURVES = ["train_loss", "step_time_ms"]
+REPORT_TABLES = ["memory", "memory_timeline"]  # analytic vs measured per cell; the timeline cell
 
 
 def run(ctx):
@@ -28,14 +31,23 @@ def run(ctx):
 
 
 def report_figures(table, out_dir):
-    """Bar chart of tokens/s per cell (skipped cells shown empty with their reason)."""
+    """Bar chart of tokens/s per cell (skipped cells grey) + the timeline cell's memory plot."""
+    import shutil
+    from pathlib import Path
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from pathlib import Path
+
+    from steps import paths
 
     if table.empty or "tokens/s" not in table:
         return []
+    figs = []
+    for cell in table["cell"]:
+        png = paths.stage_dir("perf", cell) / "memory_timeline.png"
+        if png.exists():
+            figs.append(Path(shutil.copy(png, Path(out_dir) / f"perf_memory_timeline_{cell}.png")))
     labels = [f"{c}\n(skipped)" if s != "ok" else c for c, s in zip(table["cell"], table["status"])]
     values = table["tokens/s"].astype(float).fillna(0.0)
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(table)), 4))
@@ -51,4 +63,4 @@ def report_figures(table, out_dir):
     path = Path(out_dir) / "perf_tokens_per_s.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return [path]
+    return [path, *figs]

@@ -24,14 +24,14 @@ MiB = 2**20
 
 # Activation elements per token per layer, grouped by who saves them (eager PyTorch, pre-LN block):
 #   residual: ln_1 input, ln_2 input (the residual stream; stays fp32 under autocast)
-#   matmul inputs: ln_1 out (q/k/v share it in fp32; autocast casts it once per consumer, so it is
-#                  saved 3× in bf16), ln_2 out (c_fc), GELU out (c_proj: 4d)
+#   matmul inputs: ln_1 out (one fused q/k/v matmul), ln_2 out (c_fc), GELU out (c_proj: 4d)
 #   attention: q, k, v and the attention output (sdpa saves it and o_proj's input is a view of it;
 #              the manual path's att @ v output is saved only as o_proj's input)
 #   mlp: c_fc out (4d) saved by the GELU
+# Plus, per layer, the concatenated q/k/v weight (3d², built each forward by attention.qkv and
+# saved by its matmul; under autocast that is its low-precision copy, counted with the weights).
 ACT_RESIDUAL = 2
-ACT_MATMUL_IN = 1 + 4
-ACT_QKV_IN = {"fp32": 1, "autocast": 3}
+ACT_MATMUL_IN = 1 + 1 + 4
 ACT_ATTENTION = 4
 ACT_MLP = 4
 NORM_STATS = 4   # mean + rstd of two LayerNorms, fp32, per token (not per channel)
@@ -53,9 +53,8 @@ def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = 
     low = 2 if amp in ("bf16", "fp16") else 4          # bytes of an autocast (matmul) output
     d, L, T, H, V = cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.n_head, cfg.vocab_size
     tokens = batch_size * T
-    qkv_in = ACT_QKV_IN["autocast" if low == 2 else "fp32"]
-    layer = tokens * (4 * d * ACT_RESIDUAL + low * d * (qkv_in + ACT_MATMUL_IN + ACT_ATTENTION + ACT_MLP)
-                      + 4 * NORM_STATS)
+    layer = tokens * (4 * d * ACT_RESIDUAL + low * d * (ACT_MATMUL_IN + ACT_ATTENTION + ACT_MLP)
+                      + 4 * NORM_STATS) + (3 * d * d * 4 if low == 4 else 0)
     if attn == "manual":        # the (T, T) probabilities per head, saved by softmax and by att @ v
         layer += batch_size * H * T * T * low
     else:                       # sdpa's flash kernel saves a logsumexp per head and query

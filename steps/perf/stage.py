@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ MiB = 2**20
 SAME_TRAJECTORY = ("model", "batch_size", "data_batches", "warmup_steps", "timed_steps", "lr",
                    "weight_decay")
 NOT_A_CHANGE = ("desc",)
+SAVED_ROW = "saved activations (+autocast weight copies)"
 
 
 def flat(d: dict, prefix: str = "") -> dict:
@@ -140,15 +140,14 @@ def memory_table(ts, micro_batch: int, analytic: dict, peak_bytes: float, compil
     ts.optimizer.zero_grad(set_to_none=True)  # no update: the cell's loss trajectory is untouched
     saved = math.nan if compiled else meter.bytes
     rows = [(k, analytic[k], measured[k]) for k in ("params", "grads", "optimizer", "state")]
-    rows.append(("saved activations (+autocast weight copies)",
+    rows.append((SAVED_ROW,
                  analytic["activations"] + analytic["autocast_weights"], saved))
     rows.append(("logits + backward transients", analytic["logits"] + analytic["transient"], math.nan))
     rows.append(("total (process peak)", analytic["total"], peak_bytes))
-    df = pd.DataFrame(rows, columns=["component", "analytic_bytes", "measured_bytes"])
-    df["analytic_mib"] = df.analytic_bytes / MiB
-    df["measured_mib"] = df.measured_bytes / MiB
-    df["err_pct"] = 100 * (df.measured_bytes - df.analytic_bytes) / df.analytic_bytes
-    return df
+    df = pd.DataFrame(rows, columns=["component", "analytic", "measured"])
+    return pd.DataFrame({"component": df.component, "analytic_mib": df.analytic / MiB,
+                         "measured_mib": df.measured / MiB,
+                         "err_pct": 100 * (df.measured - df.analytic) / df.analytic})
 
 
 def ts_batch(ts, batch: int):
@@ -193,35 +192,22 @@ class PeakMemory:
         return {"peak_mem_mib": (hardware.peak_rss_bytes() - self.rss_reset + self.alive) / MiB}
 
 
-def run(ctx: StageRun) -> dict:
-    import torch
+def check_timeline(p: dict) -> None:
+    if p["compile"]:
+        raise ConfigError("perf.timeline_cell must be an eager cell (hooks do not fire in compiled code)")
+    if p["warmup_steps"] <= Timeline.iterations:
+        raise ConfigError(f"perf.warmup_steps must exceed the {Timeline.iterations} instrumented "
+                          "timeline steps: the timed steps must follow a plain warm-up step")
 
-    from steps import hardware
-    from steps.perf import memory
-    from steps.perf.step import (TrainStep, check_device, gpt_config, micro_batch, peak_dtype,
-                                 synthetic_batches)
+
+def train(ctx: StageRun, ts, timeline: Timeline | None) -> tuple[list, list, dict]:
+    """warm-up + timed steps on the fixed batch pool: step times, losses, peak memory."""
+    from steps.perf.step import synthetic_batches
 
     p = ctx.params
-    device = ctx.device
-    check_device(p, device)
-    ctx.info |= {"desc": p["desc"], "device": device.type, "params": p,
-                 "peak_dtype": peak_dtype(p)}
-    if device.type == "cuda":  # the peak must be measured in the mode the cell runs in
-        torch.backends.cuda.matmul.allow_tf32 = p["tf32"]
-    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
-    micro = micro_batch(p)
-    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])
-
-    timeline = Timeline(device, analytic) if ctx.cell == p["timeline_cell"] else None
-    peak_mem = PeakMemory(device)
-    torch.manual_seed(ctx.seed)
-    ts = TrainStep(p, device, probe=timeline)
-    if timeline:
-        if p["compile"]:
-            raise ConfigError("perf.timeline_cell must be an eager cell (hooks do not fire in compiled code)")
-        timeline.attach(ts)
-    batches = synthetic_batches(p, ctx.seed, device)
+    batches = synthetic_batches(p, ctx.seed, ts.device)
     n_warm, n = p["warmup_steps"], p["warmup_steps"] + p["timed_steps"]
+    peak_mem = PeakMemory(ts.device)
     times, losses = [], []
     for i in ctx.progress(range(n), total=n, desc=f"perf:{ctx.cell}"):
         x = batches[i % len(batches)]
@@ -234,30 +220,62 @@ def run(ctx: StageRun) -> dict:
         times.append(dt)
         losses.append(loss)
         ctx.log_metrics({"train_loss": loss, "step_time_ms": dt * 1e3}, step=i)
-    mem_peak = peak_mem.read()
+    return times, losses, peak_mem.read()
 
-    timed = np.array(times[n_warm:])
+
+def throughput(ts, timed: np.ndarray, peak_flops: float) -> dict:
+    """tokens/s median and p10/p90 over the timed steps, and MFU in model FLOPs (6N + 12·L·d·T,
+    recomputation by checkpointing not counted)."""
+    from steps import hardware
+
     tps = ts.tokens_per_step / timed
     fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), ts.config.n_layer,
                                        ts.config.n_embd, ts.config.block_size)
-    metrics = {"tokens_per_s": float(np.median(tps)), "tokens_per_s_p10": float(np.percentile(tps, 10)),
-               "tokens_per_s_p90": float(np.percentile(tps, 90)),
-               "step_time_ms": float(np.median(timed)) * 1e3, "first_step_s": times[0],
-               "peak_flops": peak, "flops_per_token": fpt, "loss": losses[-1], **mem_peak}
-    metrics["achieved_flops"] = fpt * metrics["tokens_per_s"]
-    metrics["mfu"] = metrics["achieved_flops"] / peak
+    med = float(np.median(tps))
+    return {"tokens_per_s": med, "tokens_per_s_p10": float(np.percentile(tps, 10)),
+            "tokens_per_s_p90": float(np.percentile(tps, 90)),
+            "step_time_ms": float(np.median(timed)) * 1e3, "peak_flops": peak_flops,
+            "flops_per_token": fpt, "achieved_flops": fpt * med, "mfu": fpt * med / peak_flops}
+
+
+def run(ctx: StageRun) -> dict:
+    import torch
+
+    from steps import hardware
+    from steps.perf import memory
+    from steps.perf.step import TrainStep, check_device, gpt_config, micro_batch, peak_dtype
+
+    p = ctx.params
+    device = ctx.device
+    check_device(p, device)
+    is_timeline = ctx.cell == p["timeline_cell"]
+    if is_timeline:
+        check_timeline(p)
+    ctx.info |= {"desc": p["desc"], "device": device.type, "params": p, "peak_dtype": peak_dtype(p)}
+    if device.type == "cuda":  # the peak must be measured in the mode the cell runs in
+        torch.backends.cuda.matmul.allow_tf32 = p["tf32"]
+    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
+    micro = micro_batch(p)
+    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])
+
+    timeline = Timeline(device, analytic) if is_timeline else None
+    torch.manual_seed(ctx.seed)
+    ts = TrainStep(p, device, probe=timeline)
+    if timeline:
+        timeline.attach(ts)
+    times, losses, mem_peak = train(ctx, ts, timeline)
+    metrics = throughput(ts, np.array(times[p["warmup_steps"]:]), peak)
+    metrics |= {"first_step_s": times[0], "loss": losses[-1], **mem_peak}
     compare_to_baseline(ctx, metrics)
     ctx.info["fused_modules"] = ts.fused
 
-    peak_bytes = mem_peak["peak_mem_mib"] * MiB
-    mt = memory_table(ts, micro, analytic, peak_bytes, p["compile"])
+    mt = memory_table(ts, micro, analytic, mem_peak["peak_mem_mib"] * MiB, p["compile"])
     ctx.log_table(mt, "memory")
-    state = mt.set_index("component").loc["state"]
-    metrics |= {"mem_state_analytic_mib": state.analytic_mib, "mem_state_measured_mib": state.measured_mib,
-                "mem_state_err_pct": state.err_pct}
-    act = mt.iloc[4]
-    metrics |= {"mem_saved_analytic_mib": act.analytic_mib, "mem_saved_measured_mib": act.measured_mib,
-                "mem_total_analytic_mib": analytic["total"] / MiB}
+    rows = mt.set_index("component")
+    for key, row in (("state", "state"), ("saved", SAVED_ROW)):
+        metrics |= {f"mem_{key}_analytic_mib": rows.analytic_mib[row],
+                    f"mem_{key}_measured_mib": rows.measured_mib[row], f"mem_{key}_err_pct": rows.err_pct[row]}
+    metrics["mem_total_analytic_mib"] = analytic["total"] / MiB
     if timeline:
         df = timeline.table()
         ctx.log_table(df, "memory_timeline")
