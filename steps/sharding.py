@@ -124,17 +124,21 @@ def run(ctx) -> dict:
     ctx.info.update(backend=plan.backend, strategy=plan.pretty, mesh=plan.mesh_str, model=plan.model,
                     dtype=plan.dtype,
                     parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
-                    notes=ranks[0].get("notes", "") or notes(plan, m))
+                    notes=notes(plan, m, ranks[0]), worst_param=ranks[0].get("dparam_where", ""))
     return m
 
 
-def notes(plan, m: dict) -> str:
-    out = []
+def notes(plan, m: dict, r0: dict) -> str:
+    """What a reader needs next to the ratios: schedule, dtype/optimizer, which collectives ran."""
+    out = [plan.model, plan.optimizer] + (["fp64"] if plan.dtype == "float64" else [])
     if plan.strategy == "pp":
         out.append(f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}, "
                    f"max in flight {int(m['max_inflight_microbatches'])}")
-    if plan.dtype == "float64":
-        out.append("fp64")
+    if plan.sequence_parallel:
+        out.append("SequenceParallel")
+    out.append(r0.get("notes") or "collectives/step " + ", ".join(f"{k}×{v}" for k, v in r0.get("comm_calls", {}).items()))
+    if "xb_dparam" in r0:
+        out.append(f"torch↔JAX Δloss {r0['xb_dloss']:.1e} Δparam {r0['xb_dparam']:.1e}")
     return "; ".join(out)
 
 

@@ -71,6 +71,7 @@ CASES = [
     ("torch_native", "fsdp_tp", {"fsdp": 2, "tp": 2}, {"model": "gpt", "optimizer": "sgd"}),
     ("jax_jit", "dp_tp", {"dp": 2, "tp": 2}, {"cross_backend": True}),
     ("jax_shard_map", "fsdp_tp", {"fsdp": 2, "tp": 2}, {}),
+    ("jax_shard_map", "dp_tp", {"dp": 2, "tp": 2}, {}),
 ]
 
 
@@ -85,7 +86,9 @@ def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra
     assert m["parity_max_dgrad"] <= p.tolerance  # gradients, not only losses (FSDP2-on-gloo report)
     assert m["parity_max_dparam"] <= p.tolerance
     assert abs(m["state_ratio"] - 1) <= 0.01
-    if backend.startswith("torch") or strategy != "fsdp_tp":  # XLA keeps FSDP gathers from fwd to bwd
+    # GSPMD picks its own collectives, and XLA keeps FSDP gathers from forward to backward (2Ψ):
+    # the report shows those ratios; the hand-placed collectives must match the analytic model
+    if backend.startswith("torch") or (backend == "jax_shard_map" and "fsdp" not in strategy):
         assert abs(m["comm_ratio"] - 1) <= 0.05
     if extra.get("cross_backend"):
         assert m["xbackend_max_dparam"] <= 1e-5 and m["xbackend_max_dloss"] <= 1e-5
@@ -110,8 +113,9 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
            "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}},
            "params": {**TINY, "backend": "torch_scratch", "strategy": "tp", "mesh": {"tp": 2}}}
     out = tmp_path / "results/sharding/t"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     subprocess.run([sys.executable, "-m", "steps.sharding", "--out", str(out), "--cfg", json.dumps(cfg)],
-                   check=True, cwd=tmp_path, timeout=180, env={**os.environ, "PYTHONPATH": os.getcwd()})
+                   check=True, cwd=tmp_path, timeout=180, env=env)
     rec = json.loads((out / "metrics.json").read_text())
     assert rec["status"] == "ok" and rec["metrics"]["parity_ok"] == 1.0
     import mlflow

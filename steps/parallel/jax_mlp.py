@@ -11,11 +11,9 @@ against the unsharded JAX step (same weights, batches) and across backends again
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import statistics
 import time
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from steps.parallel import analytic as A  # noqa: E402
 from steps.parallel.mlp_init import PARAM_NAMES, init_mlp, make_batch  # noqa: E402
-from steps.parallel.plan import Plan  # noqa: E402
+from steps.parallel.plan import Plan, plan_from_argv  # noqa: E402
 
 # strategy -> PartitionSpec per parameter kind; FSDP shards every tensor on top of TP
 SPECS = {
@@ -252,8 +250,7 @@ def run(plan: Plan, out: Path) -> dict:
         "analytic": {"state_bytes": plan.state_tensors * local * plan.bytes_per_elem,
                      "comm_bytes": A.mlp_comm(plan), "params": A.mlp_psi(plan)},
         "peak_rss_bytes": _peak_rss(),
-        "notes": f"HLO collectives {calls}" + (f"; vs torch single device Δparam {max_delta(final, xb[1]):.1e}"
-                                               if xb else ""),
+        "notes": "HLO collectives " + ", ".join(f"{k}×{v}" for k, v in calls.items()),
     }
 
 
@@ -263,14 +260,9 @@ def _peak_rss() -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    plan = Plan.from_params(json.loads(args.plan))
+    plan, out = plan_from_argv()
     if plan.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
-    out = Path(args.out)
     if plan.backend == "jax_lessons":
         from steps.parallel.jax_lessons import run as lessons
         rec = lessons(plan, out)

@@ -137,3 +137,15 @@ class Plan:
             return 0.0
         s, m = self.axis("pp"), self.microbatches
         return (s - 1) / (m + s - 1)
+
+
+def plan_from_argv(argv=None):
+    """`--plan JSON --out DIR`: the command line launch.py gives every process it starts."""
+    import argparse
+    import json
+    from pathlib import Path
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", required=True, help="the cell's Plan as JSON")
+    ap.add_argument("--out", required=True, help="folder for rank<r>.json")
+    args = ap.parse_args(argv)
+    return Plan.from_params(json.loads(args.plan)), Path(args.out)

@@ -6,20 +6,18 @@ parameters (after K steps). Each rank writes DIR/rank<r>.json; the parent (launc
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from steps import hardware
 from steps.parallel import comm
-from steps.parallel.plan import Plan
+from steps.parallel.plan import Plan, plan_from_argv
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -190,11 +188,7 @@ def run(plan: Plan, out: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    plan = Plan.from_params(json.loads(args.plan))
+    plan, out = plan_from_argv()
     torch.set_num_threads(1)
     backend = plan.launch.get("dist_backend", "gloo")
     dist.init_process_group(backend, timeout=timedelta(seconds=float(plan.launch.get("timeout_s", 120))))
@@ -202,7 +196,7 @@ def main() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
     try:
-        run(plan, Path(args.out))
+        run(plan, out)
     finally:
         dist.destroy_process_group()
 
