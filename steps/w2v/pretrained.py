@@ -33,15 +33,17 @@ def resolve_model_dir(name: str) -> str:
 
 
 def single_token_words(tokenizer) -> dict[str, int]:
-    """word -> token id for lowercase words that encode (word-initially) to exactly that token."""
-    cands = {}
-    for tok, tid in tokenizer.get_vocab().items():
+    """word -> token id for lowercase words that encode, word-initially (" word"), to exactly one
+    token: BERT's "king", GPT-2's "Ġking" (not its word-internal "king")."""
+    cands = set()
+    for tok in tokenizer.get_vocab():
         word = tokenizer.convert_tokens_to_string([tok]).strip()
         if WORDLIKE.match(word) and not tok.startswith("##"):
-            cands.setdefault(word, tid)
-    words = sorted(cands, key=cands.get)  # token-id order
+            cands.add(word)
+    words = sorted(cands)
     enc = tokenizer([" " + w for w in words], add_special_tokens=False)["input_ids"]
-    return {w: cands[w] for w, ids in zip(words, enc) if ids == [cands[w]]}
+    found = {w: ids[0] for w, ids in zip(words, enc) if len(ids) == 1}
+    return dict(sorted(found.items(), key=lambda kv: kv[1]))  # token-id order
 
 
 def load_pretrained(name: str) -> tuple[list[str], np.ndarray, dict]:
