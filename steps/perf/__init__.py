@@ -19,6 +19,7 @@ REPORT_COLUMNS = {
     "loss": "metrics.loss",
     "drift": "metrics.loss_drift",
     "state mem err %": "metrics.mem_state_err_pct",
+    "peak mem err %": "metrics.mem_peak_err_pct",
 }
 REPORT_HEADLINE = ("best speedup over the fp32 eager baseline", "× baseline", "max")
 REPORT_CURVES = ["train_loss", "step_time_ms"]

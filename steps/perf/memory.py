@@ -5,6 +5,12 @@ Analytic (bytes, from GPTConfig alone):
   grads       N · 4
   optimizer   N · 8 (AdamW exp_avg + exp_avg_sq; the per-tensor `step` scalars are noise)
   activations what eager autograd saves for backward, per layer and per token (see ACT_* below)
+  peak        params + optimizer + saved activations + logits + cross-entropy's two (B, T, V)
+              fp32 gradients at the start of backward (grads do not exist yet in a steady step)
+The activation gap: the saved set is what "activations" usually means, but it is not the peak:
+with vocab 8192 the (B, T, V) logits, log-probs and their gradients outweigh all four layers'
+saved tensors; what is left between the analytic peak and the measured one is backward's
+short-lived per-op gradients, oneDNN scratch buffers and allocator slack.
 Measured:
   state       summed bytes of the distinct storages of params, grads and optimizer state (exact)
   saved       bytes of the distinct non-parameter storages autograd saves for backward, counted
@@ -70,10 +76,16 @@ def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = 
            # autocast's low-precision weight copies, saved for backward next to the activations
            "autocast_weights": 2 * weights if low == 2 else 0,
            "logits": tokens * V * low,   # returned to the caller, alive until the step ends
-           # during backward: the logits' fp32 gradient; with checkpointing one recomputed block
-           "transient": tokens * V * 4 + (layer if checkpoint else 0)}
+           # first op of backward: cross-entropy's fp32 (B, T, V) gradients of the log-probs and
+           # of the logits are alive together, while every saved activation still is
+           "loss_backward": 2 * tokens * V * 4,
+           "recompute": layer if checkpoint else 0}   # checkpointing: one block rebuilt in backward
     out["state"] = out["params"] + out["grads"] + out["optimizer"]
-    out["total"] = sum(out[k] for k in ("state", "activations", "autocast_weights", "logits", "transient"))
+    # The peak of a steady-state step (grads were set to None by zero_grad): the start of
+    # backward, or later when grads have appeared while a checkpointed block is recomputed.
+    start = out["activations"] + out["autocast_weights"] + out["logits"] + out["loss_backward"]
+    late = out["grads"] + out["activations"] + out["recompute"]
+    out["peak"] = out["params"] + out["optimizer"] + max(start, late)
     return out
 
 

@@ -142,8 +142,8 @@ def memory_table(ts, micro_batch: int, analytic: dict, peak_bytes: float, compil
     rows = [(k, analytic[k], measured[k]) for k in ("params", "grads", "optimizer", "state")]
     rows.append((SAVED_ROW,
                  analytic["activations"] + analytic["autocast_weights"], saved))
-    rows.append(("logits + backward transients", analytic["logits"] + analytic["transient"], math.nan))
-    rows.append(("total (process peak)", analytic["total"], peak_bytes))
+    rows.append(("logits + cross-entropy gradients", analytic["logits"] + analytic["loss_backward"], math.nan))
+    rows.append(("peak of a step", analytic["peak"], peak_bytes))
     df = pd.DataFrame(rows, columns=["component", "analytic", "measured"])
     return pd.DataFrame({"component": df.component, "analytic_mib": df.analytic / MiB,
                          "measured_mib": df.measured / MiB,
@@ -275,7 +275,8 @@ def run(ctx: StageRun) -> dict:
     for key, row in (("state", "state"), ("saved", SAVED_ROW)):
         metrics |= {f"mem_{key}_analytic_mib": rows.analytic_mib[row],
                     f"mem_{key}_measured_mib": rows.measured_mib[row], f"mem_{key}_err_pct": rows.err_pct[row]}
-    metrics["mem_total_analytic_mib"] = analytic["total"] / MiB
+    metrics["mem_peak_analytic_mib"] = analytic["peak"] / MiB
+    metrics["mem_peak_err_pct"] = rows.err_pct["peak of a step"]
     if timeline:
         df = timeline.table()
         ctx.log_table(df, "memory_timeline")
