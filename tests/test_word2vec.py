@@ -258,3 +258,34 @@ def test_pretrained_gpt2_style_wte(tmp_path):
     assert "king" in words
     king = tok.convert_tokens_to_ids("Ġking")
     np.testing.assert_array_equal(vec[words.index("king")], model.wte.weight[king].detach().numpy())
+
+
+def test_vectorised_analogies_match_gensim():
+    """Our batched 3CosAdd vs gensim's per-question loop, on vectors where some analogies hold
+    (pairs x -> y of a section are planted as y = x + offset + noise) and restrict_vocab bites."""
+    from gensim.test.utils import datapath
+
+    from steps.w2v.evaluate import ANALOGIES, analogies
+
+    rng = np.random.default_rng(0)
+    vec, section = {}, None
+    for line in open(datapath(ANALOGIES)):
+        if line.startswith(":"):
+            offset = rng.normal(size=24)
+            continue
+        a, b, *_ = line.lower().split()
+        vec.setdefault(a, rng.normal(size=24))
+        vec.setdefault(b, vec[a] + offset + rng.normal(scale=0.7, size=24))
+    words = list(vec)
+    rng.shuffle(words)
+    kv = keyed_vectors(words, np.stack([vec[w] for w in words]))
+    ours = analogies(kv, datapath(ANALOGIES), restrict_vocab=600)
+    _, sections = kv.evaluate_word_analogies(datapath(ANALOGIES), restrict_vocab=600,
+                                             case_insensitive=True)
+    total = sections[-1]
+    assert len(ours["correct"]) == len(total["correct"]) + len(total["incorrect"])
+    assert ours["correct"].sum() == len(total["correct"])
+    assert 100 < ours["correct"].sum() < len(ours["correct"])  # a real mix, not all or nothing
+    for s in sections[:-1]:
+        mine = ours["correct"][[x == s["section"] for x in ours["sections"]]]
+        assert mine.sum() == len(s["correct"]), s["section"]
