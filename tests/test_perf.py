@@ -217,3 +217,18 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     assert run_.data.metrics["tokens_per_s"] == pytest.approx(bf16["tokens_per_s"])
     assert run_.data.params["amp"] == "bf16" and run_.data.tags["cell"] == "amp_bf16"
     assert client.get_run(tf32["run_id"]).data.tags["status"] == "skipped"
+
+
+def test_report_bar_chart_marks_skipped_cells(tmp_path, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)  # no results/perf/*/memory_timeline.png here
+
+    from steps.perf import REPORT_COLUMNS, report_figures
+
+    assert {"Desc", "Change", "tokens/s", "× baseline", "MFU", "peak memory (MiB)", "drift"} <= set(REPORT_COLUMNS)
+    table = pd.DataFrame({"cell": ["baseline", "amp_bf16", "tf32"], "status": ["ok", "ok", "skipped"],
+                          "device": ["cpu", "cpu", None], "tokens/s": [100.0, 250.0, None],
+                          "× baseline": [1.0, 2.5, None]})
+    paths = report_figures(table, tmp_path)
+    assert [p.name for p in paths] == ["perf_tokens_per_s.png"] and paths[0].stat().st_size > 0

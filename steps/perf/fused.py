@@ -122,7 +122,8 @@ class FusedSoftmax(torch.autograd.Function):
 class FusedLayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, eps, backend):
-        y, mean, rstd = _kernels(backend)["layernorm_fwd"](x.contiguous(), w, b, eps)
+        x = x.contiguous()  # the kernels index rows of a dense last dimension
+        y, mean, rstd = _kernels(backend)["layernorm_fwd"](x, w, b, eps)
         ctx.save_for_backward(x, w, mean, rstd)
         ctx.backend, ctx.has_bias = backend, b is not None
         return y
