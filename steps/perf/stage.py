@@ -243,7 +243,8 @@ def run(ctx: StageRun) -> dict:
 
     from steps import hardware
     from steps.perf import memory
-    from steps.perf.step import TrainStep, check_device, gpt_config, micro_batch, peak_dtype
+    from steps.perf.step import (TrainStep, check_device, gpt_config, micro_batch, peak_dtype,
+                                 set_tf32)
 
     p = ctx.params
     device = ctx.device
@@ -252,8 +253,7 @@ def run(ctx: StageRun) -> dict:
     if is_timeline:
         check_timeline(p)
     ctx.info |= {"desc": p["desc"], "device": device.type, "params": p, "peak_dtype": peak_dtype(p)}
-    if device.type == "cuda":  # the peak must be measured in the mode the cell runs in
-        torch.backends.cuda.matmul.allow_tf32 = p["tf32"]
+    set_tf32(p, device)  # the peak must be measured in the mode the cell runs in
     peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
     micro = micro_batch(p)
     analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])

@@ -64,6 +64,12 @@ def synthetic_batches(p: dict, seed: int, device: torch.device) -> list[torch.Te
             for _ in range(p["data_batches"])]
 
 
+def set_tf32(p: dict, device: torch.device) -> None:
+    """TF32 tensor-core matmuls on CUDA (before the peak is measured and before training)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = p["tf32"]
+
+
 def micro_batch(p: dict) -> int:
     if p["batch_size"] % p["grad_accum"]:
         raise ConfigError(f"perf.batch_size={p['batch_size']} must be divisible by "
@@ -84,8 +90,7 @@ class TrainStep:
         self.p, self.device = p, device
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         micro_batch(p)
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = p["tf32"]
+        set_tf32(p, device)
         probe = probe or (lambda label, trainer: None)
         probe("before model", self)
         self.config = gpt_config(p)
@@ -95,7 +100,9 @@ class TrainStep:
         self.optimizer = make_optimizer(self.model, p)
         probe("after optimizer", self)
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p["amp"])
-        self.scaler = torch.amp.GradScaler(device.type) if p["amp"] == "fp16" else None
+        # fp16 gradients underflow without loss scaling; accelerate brings its own scaler
+        self.scaler = (torch.amp.GradScaler(device.type) if p["amp"] == "fp16" and not p["accelerate"]
+                       else None)
         self.accelerator = None
         self.forward = self.model
         if p["accelerate"]:
