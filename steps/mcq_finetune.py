@@ -23,7 +23,29 @@ REPORT_COLUMNS = {
 CHANCE_MAP3 = (1 + 1 / 2 + 1 / 3) / 5  # uniform random ranking of 5 options: 0.367
 
 
-def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int) -> tuple[dict, object]:
+def log_by_template(ctx: StageRun, templates, ap, acc, split: str) -> None:
+    """Which question kinds the model gets right: a table and a bar chart per template."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    df = (pd.DataFrame({"template": list(templates), "map3": ap, "accuracy": acc})
+          .groupby("template").agg(questions=("map3", "size"), map3=("map3", "mean"),
+                                   accuracy=("accuracy", "mean")).reset_index())
+    ctx.log_table(df, f"{split}_by_template")
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(df) + 1.2))
+    ax.barh(df["template"], df["map3"], color="tab:blue")
+    ax.axvline(CHANCE_MAP3, color="gray", ls="--", label=f"chance {CHANCE_MAP3:.3f}")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(f"{split} MAP@3")
+    ax.set_title(f"mcq_finetune {ctx.cell}: {split} MAP@3 by question template")
+    ax.legend(loc="lower right")
+    ctx.log_figure(fig, f"{split}_by_template")
+    plt.close(fig)
+
+
+def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int, templates=None) -> tuple[dict, object]:
     """Predict a split; MAP@3/accuracy with bootstrap CIs when it has answers."""
     from steps.mcq.metrics import bootstrap_ci, per_question_scores
 
@@ -31,11 +53,24 @@ def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int) -> tuple
     if pred.label_ids is None:
         return {}, pred.predictions
     ap, acc = per_question_scores(pred.predictions, pred.label_ids)
+    if templates is not None:
+        log_by_template(ctx, templates[:len(ap)], ap, acc, split)
     out = {f"{split}_map3": float(ap.mean()), f"{split}_accuracy": float(acc.mean())}
     for name, scores in (("map3", ap), ("accuracy", acc)):
         lo, hi = bootstrap_ci(scores, n=n_boot, seed=ctx.seed)
         out[f"{split}_{name}_lo"], out[f"{split}_{name}_hi"] = lo, hi
     return out, pred.predictions
+
+
+def validation_scores(trainer, trained: bool) -> dict:
+    """Validation MAP@3/accuracy: the best epoch's evaluation when trained (no second pass),
+    else one evaluation of the zero-shot model."""
+    if trained:
+        best = [h for h in trainer.state.log_history if h.get("eval_map3") == trainer.state.best_metric]
+        logs = best[-1] if best else {}
+    else:
+        logs = trainer.evaluate()
+    return {"validation_map3": logs.get("eval_map3"), "validation_accuracy": logs.get("eval_accuracy")}
 
 
 def write_submission(ids, logits, path: Path) -> Path:
@@ -95,19 +130,18 @@ def run(ctx: StageRun) -> dict:
     metrics = {"chance_map3": CHANCE_MAP3, "params": sum(t.numel() for t in model.parameters()),
                **{f"n_{k}": len(v) for k, v in ds.items()}}
     if train:
-        peak = matmul_peak_flops("bfloat16" if precision == "bf16" else "float32", device.type)
+        peak = matmul_peak_flops("bfloat16" if precision == "bf16" else "float32", device.type,
+                                 n=p["peak_matmul_size"])
         result = trainer.train()
         metrics.update(train_loss=result.training_loss, train_runtime_s=result.metrics["train_runtime"])
         metrics.update(throughput(trainer, meter, model, peak))
         if p["keep_checkpoint"]:
             ctx.info["checkpoint"] = str(keep_only_best(trainer, ctx.out))
-        metrics["best_val_map3"] = trainer.state.best_metric
-    for split in ("validation", "test"):
-        if split not in ds:
-            continue
-        scores, logits = evaluate_split(trainer, ds[split], split, ctx, p["bootstrap"])
-        metrics.update(scores)
+    metrics.update(validation_scores(trainer, train))
     if "test" in ds:
+        templates = splits["test"]["template"].tolist() if "template" in splits["test"] else None
+        scores, logits = evaluate_split(trainer, ds["test"], "test", ctx, p["bootstrap"], templates)
+        metrics.update(scores)
         sub = write_submission(splits["test"]["id"].head(len(ds["test"])), logits, ctx.out / "submission.csv")
         ctx.log_artifact(sub)
         if "test_map3" in metrics:

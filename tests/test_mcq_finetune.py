@@ -105,7 +105,8 @@ def smoke_params(**over) -> dict:
     props = stage_schema("mcq_finetune")["properties"]
     p = {k: v["default"] for k, v in props.items() if k not in ("cells", "select")}
     p.update(backbone="tiny-deberta", max_train=24, max_eval=16, max_steps=4, batch_size=4,
-             eval_batch_size=16, max_length=96, logging_steps=1, bootstrap=100, epochs=1)
+             eval_batch_size=16, max_length=96, logging_steps=1, bootstrap=100, epochs=1,
+             peak_matmul_size=256)
     return {**p, **over}
 
 
@@ -139,6 +140,8 @@ def test_smoke_cell_end_to_end_one_mlflow_run_and_submission(tmp_path):
         assert len(letters) == 3 and len(set(letters)) == 3 and set(letters) <= set(LETTERS)
     arts = [a.path for a in client.list_artifacts(rec["run_id"])]
     assert "submission.csv" in arts
+    by_template = pd.read_csv(out / "test_by_template.csv")
+    assert by_template["questions"].sum() == 16 and (out / "test_by_template.png").exists()
 
 
 def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
