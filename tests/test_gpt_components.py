@@ -128,3 +128,21 @@ def test_config_errors_are_clear():
     m = GPTLMHeadModel(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=1, n_embd=4))
     with pytest.raises(ValueError, match="block_size"):
         m(torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_activation_checkpointing_same_gradients_and_param_count():
+    from transformers import GPT2LMHeadModel
+
+    from steps.models.hf_convert import hf_config_from_ours
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=8)
+    m = GPTLMHeadModel(cfg).double()
+    c = copy.deepcopy(m)
+    c.config.checkpoint_activations = True
+    ids = torch.randint(0, 30, (2, 8))
+    m(ids, labels=ids).loss.backward()
+    c(ids, labels=ids).loss.backward()
+    for (n, a), (_, b) in zip(m.named_parameters(), c.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=0, atol=1e-14, msg=n)
+    assert m.num_params(non_embedding=False) == GPT2LMHeadModel(hf_config_from_ours(cfg)).num_parameters()
+    assert m.num_params() == m.num_params(non_embedding=False) - 8 * 8  # minus wpe
