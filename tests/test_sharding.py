@@ -72,12 +72,13 @@ CASES = [
     ("jax_jit", "dp_tp", {"dp": 2, "tp": 2}, {"cross_backend": True}),
     ("jax_shard_map", "fsdp_tp", {"fsdp": 2, "tp": 2}, {}),
     ("jax_shard_map", "dp_tp", {"dp": 2, "tp": 2}, {}),
+    ("jax_shard_map", "tp", {"tp": 2}, {"model": "gpt", "optimizer": "sgd", "cross_backend": True}),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,strategy,mesh,extra", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2].values()))}{'-' + c[3].get('dtype', '') if c[3].get('dtype') else ''}"
+                         ids=[f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2].values()))}-{c[3].get('model', 'mlp')}{'-' + c[3].get('dtype', '') if c[3].get('dtype') else ''}"
                               for c in CASES])
 def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra):
     p = plan(backend=backend, strategy=strategy, mesh=mesh, **extra)

@@ -30,12 +30,12 @@ def _best(fn, repeats: int = 20) -> float:
 
 
 def jit_speedup(plan: Plan) -> dict:
-    from steps.parallel.jax_mlp import make_loss
+    from steps.parallel.jax_mlp import MLPModel, make_loss
     from steps.parallel.mlp_init import init_mlp, make_batch
     params = {k: jnp.asarray(v, jnp.float32) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
     x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, 0))
     single = Plan.from_params({**plan.to_dict(), "backend": "jax_jit", "strategy": "single", "mesh": {}})
-    grad = jax.value_and_grad(make_loss(single, list(params), explicit=False))
+    grad = jax.value_and_grad(make_loss(single, MLPModel(), list(params), explicit=False))
     with jax.disable_jit():
         eager = _best(lambda: grad(params, x, y)[0], repeats=5)
     jitted = jax.jit(grad)

@@ -5,6 +5,7 @@
   jax_shard_map the step written per device with explicit collectives: all_gather of FSDP shards,
                 psum of TP partial outputs, pmean of the loss over the data axis; their transposes
                 (psum_scatter, psum) are what autodiff derives for the backward pass
+The model (the MLP here, GPT blocks in jax_gpt.py) supplies weights, specs and forward.
 Communication is read from the compiled HLO (every all-reduce / all-gather / reduce-scatter /
 collective-permute, its shape and replica-group size) in comm.py's ring convention. Parity is
 against the unsharded JAX step (same weights, batches) and across backends against torch.
@@ -40,10 +41,6 @@ SPECS = {
 SPECS["dp_tp"] = SPECS["tp"]
 
 
-def param_specs(plan: Plan, names) -> dict:
-    return {k: SPECS[plan.strategy][k.split(".")[1]] for k in names}
-
-
 def block(x, w1, b1, w2, b2, tp_axis=None):
     y = jax.nn.relu(x @ w1.T + b1) @ w2.T
     if tp_axis:  # row-parallel partial sums (Megatron's g)
@@ -51,31 +48,69 @@ def block(x, w1, b1, w2, b2, tp_axis=None):
     return x + y + b2
 
 
-def make_loss(plan: Plan, names, explicit: bool):
+def remat(plan: Plan, f):
+    """Under FSDP free gathered weights after use, so backward gathers them again (3Ψ)."""
+    return jax.checkpoint(f, policy=jax.checkpoint_policies.nothing_saveable) if "fsdp" in plan.mesh else f
+
+
+class MLPModel:
+    """What train() needs of a model: weights, a spec per weight, forward, batches, analytic costs."""
+
+    def init(self, plan: Plan) -> dict:
+        return init_mlp(**plan.mlp, seed=plan.seed)
+
+    def spec(self, plan: Plan, name: str):
+        return SPECS[plan.strategy][name.split(".")[1]]
+
+    def batch(self, plan: Plan, t: int):
+        return make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, t)
+
+    def forward(self, plan: Plan, params, x, tp, gather):
+        for i in range(plan.mlp["layers"]):
+            keys = [f"{i}.{p}" for p in PARAM_NAMES]
+
+            def f(x, *ws, keys=keys):
+                return block(x, *(gather(k, w) for k, w in zip(keys, ws)), tp_axis=tp)
+            x = remat(plan, f)(x, *(params[k] for k in keys))
+        return x
+
+    def analytic(self, plan: Plan, shapes: dict) -> dict:
+        return {"state_bytes": plan.state_tensors * A.mlp_local_params(plan) * plan.bytes_per_elem,
+                "comm_bytes": A.mlp_comm(plan), "params": A.mlp_psi(plan)}
+
+    def torch_reference(self, plan: Plan):
+        """The same plan's single-device torch run (cross-backend parity)."""
+        import torch
+        from steps.parallel.worker import DTYPES, reference_mlp
+        dtype = DTYPES[plan.dtype]
+        full = {k: torch.tensor(v, dtype=dtype) for k, v in self.init(plan).items()}
+        losses, _, params = reference_mlp(plan, full, dtype)
+        return losses, {k: v.numpy() for k, v in params.items()}
+
+
+def get_model(plan: Plan):
+    if plan.model == "gpt":
+        from steps.parallel.jax_gpt import GPTBlocksModel
+        return GPTBlocksModel()
+    return MLPModel()
+
+
+def make_loss(plan: Plan, model, names, explicit: bool):
     """loss(params, x, y). explicit=True: the per-device body for shard_map."""
-    L = plan.mlp["layers"]
-    specs = param_specs(plan, names)
+    specs = {k: model.spec(plan, k) for k in names}
     tp = "tp" if explicit and "tp" in plan.mesh else None
     fsdp = explicit and "fsdp" in plan.mesh
 
-    def gather(t, spec):  # FSDP: all-gather the fsdp-sharded dim right before use
-        for dim, entry in enumerate(spec):
+    def gather(name, t):  # FSDP: all-gather the fsdp-sharded dim right before use
+        if not fsdp:
+            return t
+        for dim, entry in enumerate(specs[name]):
             if entry == "fsdp" or (isinstance(entry, tuple) and "fsdp" in entry):
                 return jax.lax.all_gather(t, "fsdp", axis=dim, tiled=True)
         return t
 
-    def layer(x, *ws, i):
-        if fsdp:
-            ws = [gather(w, specs[f"{i}.{p}"]) for w, p in zip(ws, PARAM_NAMES)]
-        return block(x, *ws, tp_axis=tp)
-
     def loss(params, x, y):
-        for i in range(L):
-            f = lambda x, *ws, i=i: layer(x, *ws, i=i)  # noqa: E731
-            if "fsdp" in plan.mesh:  # free gathered weights after use; backward gathers again (3Ψ)
-                f = jax.checkpoint(f, policy=jax.checkpoint_policies.nothing_saveable)
-            x = f(x, *(params[f"{i}.{p}"] for p in PARAM_NAMES))
-        local = jnp.mean((x - y) ** 2)
+        local = jnp.mean((model.forward(plan, params, x, tp, gather) - y) ** 2)
         return jax.lax.pmean(local, plan.data_axis) if explicit and plan.data_axis else local
     return loss
 
@@ -100,20 +135,20 @@ def optimizer(plan: Plan):
     return init, update
 
 
-def build_step(plan: Plan, names, mesh):
+def build_step(plan: Plan, model, names, mesh):
     """One jitted train step (grads returned too, for the parity check)."""
     _, update = optimizer(plan)
     sharded = mesh is not None and plan.strategy != "single"
     data = P(plan.data_axis) if plan.data_axis else P()
     if plan.backend == "jax_shard_map" and sharded:
-        specs = param_specs(plan, names)
-        body = make_loss(plan, names, explicit=True)
+        specs = {k: model.spec(plan, k) for k in names}
+        body = make_loss(plan, model, names, explicit=True)
 
         def grad_fn(params, x, y):
             return jax.value_and_grad(body)(params, x, y)
         vg = jax.shard_map(grad_fn, mesh=mesh, in_specs=(specs, data, data), out_specs=(P(), specs))
     else:
-        vg = jax.value_and_grad(make_loss(plan, names, explicit=False))
+        vg = jax.value_and_grad(make_loss(plan, model, names, explicit=False))
 
     def step(params, state, x, y, t):
         loss, grads = vg(params, x, y)
@@ -121,7 +156,7 @@ def build_step(plan: Plan, names, mesh):
         return params, state, loss, grads
     if not sharded:
         return jax.jit(step), None
-    ps = {k: NamedSharding(mesh, s) for k, s in param_specs(plan, names).items()}
+    ps = {k: NamedSharding(mesh, model.spec(plan, k)) for k in names}
     st = {"m": ps, "v": ps} if plan.optimizer == "adam" else {"m": ps}
     ds, rep = NamedSharding(mesh, data), NamedSharding(mesh, P())
     jitted = jax.jit(step, in_shardings=(ps, st, ds, ds, rep), out_shardings=(ps, st, rep, ps))
@@ -143,8 +178,14 @@ def _group_size(line: str, world: int) -> int:
     m = re.search(r"replica_groups=\{\{([\d,]+)\}", line)
     if m:
         return len(m.group(1).split(","))
-    m = re.search(r"replica_groups=\[(\d+),(\d+)\]", line)
-    return int(m.group(2)) if m else world
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]", line)  # iota form: [groups, size]<=[N]
+    if m:
+        return int(m.group(2))
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)  # mesh['a'=2,'b'=2] {'a'}
+    if m:
+        sizes = {k: int(v) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1))}
+        return int(np.prod([sizes[a] for a in re.findall(r"'(\w+)'", m.group(2))] or [1]))
+    return world
 
 
 def hlo_comm(hlo: str, world: int) -> tuple[float, dict]:
@@ -182,11 +223,11 @@ def render_sharding(params: dict, mesh) -> str:
     return "\n".join(lines) + "\n"
 
 
-def train(plan: Plan, mesh=None) -> dict:
+def train(plan: Plan, model, mesh=None) -> dict:
     dt = jnp.float64 if plan.dtype == "float64" else jnp.float32
-    full = {k: jnp.asarray(v, dt) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
+    full = {k: jnp.asarray(v, dt) for k, v in model.init(plan).items()}
     names = list(full)
-    step, shardings = build_step(plan, names, mesh)
+    step, shardings = build_step(plan, model, names, mesh)
     init, _ = optimizer(plan)
     params, state = full, init(full)
     if shardings:
@@ -194,7 +235,7 @@ def train(plan: Plan, mesh=None) -> dict:
         state = jax.device_put(state, shardings[1])
     rec = {"losses": [], "grads": [], "step_s": []}
     for t in range(plan.steps):
-        x, y = (jnp.asarray(a, dt) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, t))
+        x, y = (jnp.asarray(a, dt) for a in model.batch(plan, t))
         if shardings:
             x, y = jax.device_put(x, shardings[2]), jax.device_put(y, shardings[2])
         if t == 0 and shardings:
@@ -214,27 +255,17 @@ def max_delta(a: dict, b: dict) -> float:
     return max(float(np.abs(np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64)).max()) for k in a)
 
 
-def torch_reference(plan: Plan):
-    """The same plan's single-device torch run (cross-backend parity)."""
-    import torch
-    from steps.parallel.worker import DTYPES, reference_mlp
-    dtype = DTYPES[plan.dtype]
-    full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
-    losses, _, params = reference_mlp(plan, full, dtype)
-    return losses, {k: v.numpy() for k, v in params.items()}
-
-
 def run(plan: Plan, out: Path) -> dict:
     names = tuple(plan.mesh)
     mesh = jax.make_mesh(tuple(plan.mesh.values()), names, axis_types=(AxisType.Auto,) * len(names))
-    ref = train(Plan.from_params({**plan.to_dict(), "strategy": "single", "mesh": {}, "backend": "jax_jit"}))
-    res = train(plan, mesh)
+    model = get_model(plan)
+    ref = train(Plan.from_params({**plan.to_dict(), "strategy": "single", "mesh": {}, "backend": "jax_jit"}), model)
+    res = train(plan, model, mesh)
     comm, calls = hlo_comm(res["hlo"], plan.world)
     dev_p, dev_g = per_device_bytes(res["params"]), per_device_bytes(res["last_grads"])
     dev_o = per_device_bytes(res["state"])
     worst = max(dev_p, key=lambda d: dev_p[d] + dev_g[d] + dev_o[d])
-    local = A.mlp_local_params(plan)
-    xb = torch_reference(plan) if plan.cross_backend else None
+    xb = model.torch_reference(plan) if plan.cross_backend else None
     (out / "sharding.txt").write_text(render_sharding(res["params"], mesh))
     final = {k: np.asarray(v) for k, v in res["params"].items()}
     ref_final = {k: np.asarray(v) for k, v in ref["params"].items()}
@@ -247,8 +278,7 @@ def run(plan: Plan, out: Path) -> dict:
         **({"xb_dloss": max(abs(a - b) for a, b in zip(res["losses"], xb[0])),
             "xb_dparam": max_delta(final, xb[1])} if xb else {}),
         "state_bytes": {"params": dev_p[worst], "grads": dev_g[worst], "optim": dev_o[worst]},
-        "analytic": {"state_bytes": plan.state_tensors * local * plan.bytes_per_elem,
-                     "comm_bytes": A.mlp_comm(plan), "params": A.mlp_psi(plan)},
+        "analytic": model.analytic(plan, {k: int(v.size) for k, v in final.items()}),
         "peak_rss_bytes": _peak_rss(),
         "notes": "HLO collectives " + ", ".join(f"{k}×{v}" for k, v in calls.items()),
     }
