@@ -132,8 +132,9 @@ def notes(plan, m: dict, r0: dict) -> str:
     """What a reader needs next to the ratios: schedule, dtype/optimizer, which collectives ran."""
     out = [plan.model, plan.optimizer] + (["fp64"] if plan.dtype == "float64" else [])
     if plan.strategy == "pp":
-        out.append(f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}, "
-                   f"max in flight {int(m['max_inflight_microbatches'])}")
+        inflight = int(m["max_inflight_microbatches"])  # counted by the from-scratch schedule only
+        out.append(f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}"
+                   + (f", max in flight {inflight}" if inflight else ""))
     if plan.sequence_parallel:
         out.append("SequenceParallel")
     out.append(r0.get("notes") or "collectives/step " + ", ".join(f"{k}×{v}" for k, v in r0.get("comm_calls", {}).items()))

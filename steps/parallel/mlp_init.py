@@ -14,7 +14,8 @@ def init_mlp(dim: int, hidden: int, layers: int, seed: int) -> dict[str, np.ndar
     for i in range(layers):
         out[f"{i}.w1"] = rng.normal(0, dim ** -0.5, (hidden, dim))
         out[f"{i}.b1"] = rng.normal(0, 0.02, hidden)
-        out[f"{i}.w2"] = rng.normal(0, hidden ** -0.5, (dim, hidden))
+        # GPT-2's residual scaling keeps the output (and the loss) O(1) however deep the stack
+        out[f"{i}.w2"] = rng.normal(0, hidden ** -0.5 / (2 * layers) ** 0.5, (dim, hidden))
         out[f"{i}.b2"] = rng.normal(0, 0.02, dim)
     return out
 
