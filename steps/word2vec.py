@@ -108,8 +108,12 @@ def run(ctx: StageRun) -> dict:
     scores, info = evaluate(kv, p["restrict_vocab"], p["probes"])
     metrics.update(scores, eval_s=time.perf_counter() - t1)
     ctx.info.update(info)
-    ctx.log_text("\n".join(f"{w}: {' '.join(n)}" for w, n in info["neighbours"].items()) + "\n",
-                 "neighbours.txt")
+    import pandas as pd
+
+    ctx.log_table(pd.DataFrame([(w, " ".join(n)) for w, n in info["neighbours"].items()],
+                               columns=["probe", "nearest neighbours"]), "neighbours")
+    ctx.log_table(pd.DataFrame(info.get("king_man_woman", []), columns=["word", "cosine"]),
+                  "king_man_woman")
     import matplotlib.pyplot as plt
 
     fig = pca_plot(kv, p["groups"], f"word2vec[{ctx.cell}]")

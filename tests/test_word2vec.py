@@ -289,3 +289,45 @@ def test_vectorised_analogies_match_gensim():
     for s in sections[:-1]:
         mine = ours["correct"][[x == s["section"] for x in ours["sections"]]]
         assert mine.sum() == len(s["correct"]), s["section"]
+
+
+@pytest.mark.slow
+def test_stage_runs_tracked_and_deterministic(tmp_path):
+    """The real stage (subprocess, real MLflow in tmp): same config + seed -> same vectors and
+    scores; vectors.txt loads in gensim; a missing corpus is one clear InputError line."""
+    import json
+
+    from datasets import Dataset, DatasetDict
+    from gensim.models import KeyedVectors
+
+    from steps.config import cell_config
+    from tests.conftest import run_stage
+
+    letters = "abcdef"  # the tokenizer keeps letters only: a0 -> aa, b5 -> bf
+    text = [" ".join(w[0] + letters[int(w[1])] for w in s) for s in toy_corpus(300)]
+    text += ["the king and the queen and a man"] * 20
+    DatasetDict(train=Dataset.from_dict({"text": text}),
+                validation=Dataset.from_dict({"text": text[:5]})).save_to_disk(tmp_path / "corpus")
+    cfg = validate_config({"word2vec": {"corpus": str(tmp_path / "corpus"), "epochs": 1,
+                                        "min_count": 2, "dim": 16}})
+    params = cell_config(cfg, "word2vec", "sgd")["params"]
+    records = []
+    for run in ("a", "b", "c"):
+        (tmp_path / run).mkdir()
+    for run in ("a", "b"):
+        run_stage(tmp_path / run, "word2vec", params, cell="sgd")
+        out = tmp_path / run / "results" / "word2vec" / "sgd"
+        records.append(json.loads((out / "metrics.json").read_text()))
+        kv = KeyedVectors.load_word2vec_format(str(out / "vectors.txt"))
+        assert {"aa", "bf", "king"} <= set(kv.index_to_key)
+        assert (out / "pca_groups.png").exists() and (out / "king_man_woman.csv").exists()
+    a, b = (r["metrics"] for r in records)
+    assert records[0]["status"] == "ok" and records[0]["run_id"]
+    timing = ("seconds", "_per_s", "_s", "cpu")
+    assert {k: v for k, v in a.items() if not k.endswith(timing)} == \
+           {k: v for k, v in b.items() if not k.endswith(timing)}
+    assert (tmp_path / "a" / "results" / "word2vec" / "sgd" / "vectors.txt").read_bytes() == \
+           (tmp_path / "b" / "results" / "word2vec" / "sgd" / "vectors.txt").read_bytes()
+    bad = run_stage(tmp_path / "c", "word2vec", {**params, "corpus": str(tmp_path / "nope")},
+                    cell="sgd", check=False)
+    assert bad.returncode == 1 and "InputError" in bad.stderr and "prepare_corpus" in bad.stderr
