@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from steps.parallel import comm
-from steps.parallel.mlp import PARAM_NAMES
+from steps.parallel.mlp import PARAM_NAMES, Stack, n_blocks
 
 
 def block_fn(x, w1, b1, w2, b2):
@@ -74,22 +74,15 @@ class FSDPUnit(nn.Module):
         return _ShardedBlock.apply(x, self.shard, self)
 
 
-class FullyShardedMLP(nn.Module):
+class FullyShardedMLP(Stack):
     def __init__(self, full: dict[str, torch.Tensor], group=None):
-        super().__init__()
-        n = len({k.split(".")[0] for k in full})
-        self.units = nn.ModuleList(FSDPUnit(full, i, group) for i in range(n))
-
-    def forward(self, x):
-        for u in self.units:
-            x = u(x)
-        return x
+        super().__init__(FSDPUnit(full, i, group) for i in range(n_blocks(full)))
 
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """Parity check only (plain dist.all_gather_into_tensor, not counted)."""
         out = {}
-        for i, u in enumerate(self.units):
+        for i, u in enumerate(self.blocks):
             local = u.shard if kind == "param" else u.shard.grad
             flat = torch.empty(u.chunk * u.size, dtype=local.dtype)
             dist.all_gather_into_tensor(flat, local.detach().contiguous(), group=u.group)

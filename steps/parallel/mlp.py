@@ -26,19 +26,30 @@ class Block(nn.Module):
         return x + F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
 
 
-class MLP(nn.Module):
-    """The single-device reference (also what DP and PP hold a full or partial copy of)."""
+def n_blocks(full: dict) -> int:
+    return len({k.split(".")[0] for k in full})
 
-    def __init__(self, full: dict[str, torch.Tensor], layers: range | None = None):
+
+class Stack(nn.Module):
+    """Blocks run in order: the skeleton every (sharded) MLP shares; only the blocks differ."""
+
+    def __init__(self, blocks):
         super().__init__()
-        n = len({k.split(".")[0] for k in full})
-        self.ids = list(layers if layers is not None else range(n))
-        self.blocks = nn.ModuleList(Block(*(full[f"{i}.{p}"].clone() for p in PARAM_NAMES)) for i in self.ids)
+        self.blocks = nn.ModuleList(blocks)
 
     def forward(self, x):
         for b in self.blocks:
             x = b(x)
         return x
+
+
+class MLP(Stack):
+    """The single-device reference (also what DP and PP hold a full or partial copy of)."""
+
+    def __init__(self, full: dict[str, torch.Tensor], layers: range | None = None):
+        ids = list(layers if layers is not None else range(n_blocks(full)))
+        super().__init__(Block(*(full[f"{i}.{p}"].clone() for p in PARAM_NAMES)) for i in ids)
+        self.ids = ids
 
     def named_full(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """This module's tensors under the global names ('param' or 'grad')."""

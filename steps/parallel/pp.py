@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from steps.parallel import comm
-from steps.parallel.mlp import MLP, loss_fn
+from steps.parallel.mlp import MLP, loss_fn, n_blocks
 
 
 def schedule_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
@@ -33,8 +33,7 @@ class PipelineMLP(nn.Module):
     def __init__(self, full: dict[str, torch.Tensor], schedule: str = "gpipe", microbatches: int = 4):
         super().__init__()
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        n = len({k.split(".")[0] for k in full})
-        per = n // self.size
+        per = n_blocks(full) // self.size
         self.stage = MLP(full, range(self.rank * per, (self.rank + 1) * per))
         self.first, self.last = self.rank == 0, self.rank == self.size - 1
         self.schedule, self.m = schedule, microbatches

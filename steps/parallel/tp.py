@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from steps.parallel import comm
-from steps.parallel.mlp import PARAM_NAMES
+from steps.parallel.mlp import PARAM_NAMES, Stack, n_blocks
 
 
 class _F(torch.autograd.Function):
@@ -64,17 +64,10 @@ class TPBlock(nn.Module):
         return x + _G.apply(F.linear(h, self.w2), self.group) + self.b2   # row-parallel, bias once
 
 
-class TensorParallelMLP(nn.Module):
+class TensorParallelMLP(Stack):
     def __init__(self, full: dict[str, torch.Tensor], group=None):
-        super().__init__()
+        super().__init__(TPBlock(full, i, group) for i in range(n_blocks(full)))
         self.group = group
-        n = len({k.split(".")[0] for k in full})
-        self.blocks = nn.ModuleList(TPBlock(full, i, group) for i in range(n))
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x
 
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
