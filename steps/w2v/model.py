@@ -10,7 +10,9 @@ class SGNS(nn.Module):
     """`inp` holds the word vectors we keep; `out` the context ("syn1neg") vectors.
 
     Initialised like word2vec: inp ~ U(-0.5/d, 0.5/d), out = 0. Both lookups are sparse, so a
-    step touches only the rows in the batch (and SparseAdam / sparse Adagrad can be used)."""
+    step touches only the rows in the batch (and SparseAdam / sparse Adagrad can be used).
+    Unlike word2vec.c, a negative that happens to equal the true word is not skipped (rare for
+    all but the most frequent words, which subsampling thins out)."""
 
     def __init__(self, vocab_size: int, dim: int):
         super().__init__()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from steps.config import ConfigError
 from steps.w2v.model import SGNS, sgns_loss
 from steps.w2v.pairs import cbow_examples, skipgram_examples, subsample
 from steps.w2v.vocab import Vocab
@@ -49,19 +50,20 @@ class TrainConfig:
         return cfg
 
     def check(self) -> None:
-        """The code-path guard behind the schema minimums (a hand-made config meets it too)."""
+        """The code-path guard behind the schema minimums (a hand-made config meets it too);
+        ConfigError is a ValueError that the stage reports as one line, without a traceback."""
         for key in ("dim", "window", "negative", "epochs", "batch_size", "table_size", "chunk_words"):
             if int(getattr(self, key)) < 1:
-                raise ValueError(f"word2vec: {key} must be >= 1, got {getattr(self, key)}")
+                raise ConfigError(f"word2vec: {key} must be >= 1, got {getattr(self, key)}")
         if self.arch not in ("skipgram", "cbow"):
-            raise ValueError(f"word2vec: arch must be skipgram or cbow, got {self.arch!r}")
+            raise ConfigError(f"word2vec: arch must be skipgram or cbow, got {self.arch!r}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"word2vec: optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+            raise ConfigError(f"word2vec: optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.fused and self.optimizer != "sgd":
-            raise ValueError("word2vec: fused=true is the hand-written SGD step; use optimizer sgd "
+            raise ConfigError("word2vec: fused=true is the hand-written SGD step; use optimizer sgd "
                              "or set fused: false")
         if not self.lr > 0:
-            raise ValueError(f"word2vec: lr must be > 0, got {self.lr}")
+            raise ConfigError(f"word2vec: lr must be > 0, got {self.lr}")
 
 
 def make_optimizer(model: SGNS, cfg: TrainConfig):
