@@ -76,6 +76,8 @@ def train_vectors(ctx: StageRun, p: dict) -> tuple[list[str], "object", dict]:
     m = {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0, "threads": threads}
     if p["backend"] == "gensim":
         kv, stats = train_gensim(sents, cfg, p["min_count"], workers=threads)
+        if threads > 1:  # hogwild threads race on shared rows: runs differ in the last digits
+            ctx.info["determinism"] = f"gensim with {threads} workers is not bit-reproducible"
         if set(kv.index_to_key) != set(vocab.words):
             raise RuntimeError("gensim built a different vocabulary from the same tokens")
         words, vectors = list(kv.index_to_key), kv.vectors
