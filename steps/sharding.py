@@ -89,6 +89,8 @@ def bar_charts(df, metrics: dict, title: str):
     ax2.axhline(metrics["comm_bytes_analytic"] / 1024, color="k", ls="--", label="analytic")
     ax2.set(xlabel="rank", ylabel="KiB sent / step", title="communication per rank")
     ax2.legend(fontsize=7)
+    for ax in (ax1, ax2):
+        ax.set_xticks(df["rank"])
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
