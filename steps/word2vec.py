@@ -67,7 +67,7 @@ def train_vectors(ctx: StageRun, p: dict) -> tuple[list[str], "object", dict]:
 
     cfg = TrainConfig.from_params(p, seed=ctx.seed)
     device = ctx.device if p["backend"] == "torch" else None  # SkipCell if CUDA is absent
-    threads = ctx.threads or torch.get_num_threads()
+    threads = p["threads"] or ctx.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     sents, raw = load_sentences(p)
     t0 = time.perf_counter()
