@@ -53,8 +53,9 @@ def param_counts(cfg) -> dict[str, int]:
 
 
 def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = False,
-                    attn: str = "sdpa", optimizer_states: int = 2) -> dict[str, float]:
-    """Bytes of each part of one step's memory, for fp32 params with optional autocast."""
+                    attn: str = "sdpa", optimizer_states: int = 2, grad_accum: int = 1) -> dict[str, float]:
+    """Bytes of each part of one step's memory, for fp32 params with optional autocast.
+    `batch_size` is the micro-batch; with grad_accum > 1 the grads exist during later backwards."""
     n = sum(param_counts(cfg).values())
     low = 2 if amp in ("bf16", "fp16") else 4          # bytes of an autocast (matmul) output
     d, L, T, H, V = cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.n_head, cfg.vocab_size
@@ -82,8 +83,10 @@ def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = 
            "recompute": layer if checkpoint else 0}   # checkpointing: one block rebuilt in backward
     out["state"] = out["params"] + out["grads"] + out["optimizer"]
     # The peak of a steady-state step (grads were set to None by zero_grad): the start of
-    # backward, or later when grads have appeared while a checkpointed block is recomputed.
-    start = out["activations"] + out["autocast_weights"] + out["logits"] + out["loss_backward"]
+    # backward (of the last micro-batch: earlier ones left grads behind), or later when grads
+    # have appeared while a checkpointed block is recomputed.
+    start = (out["activations"] + out["autocast_weights"] + out["logits"] + out["loss_backward"]
+             + (out["grads"] if grad_accum > 1 else 0))
     late = out["grads"] + out["activations"] + out["recompute"]
     out["peak"] = out["params"] + out["optimizer"] + max(start, late)
     return out

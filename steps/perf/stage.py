@@ -256,7 +256,8 @@ def run(ctx: StageRun) -> dict:
     set_tf32(p, device)  # the peak must be measured in the mode the cell runs in
     peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
     micro = micro_batch(p)
-    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"])
+    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"],
+                                      p["attn"], grad_accum=p["grad_accum"])
 
     timeline = Timeline(device, analytic) if is_timeline else None
     torch.manual_seed(ctx.seed)
