@@ -10,7 +10,9 @@ Analytic (bytes, from GPTConfig alone):
 The activation gap: the saved set is what "activations" usually means, but it is not the peak:
 with vocab 8192 the (B, T, V) logits, log-probs and their gradients outweigh all four layers'
 saved tensors; what is left between the analytic peak and the measured one is backward's
-short-lived per-op gradients, oneDNN scratch buffers and allocator slack.
+short-lived per-op gradients, oneDNN scratch buffers and allocator slack. The model is of
+eager PyTorch: torch.compile peaks lower, because AOTAutograd's min-cut partitioner saves fewer
+tensors and recomputes cheap elementwise ops in backward.
 Measured:
   state       summed bytes of the distinct storages of params, grads and optimizer state (exact)
   saved       bytes of the distinct non-parameter storages autograd saves for backward, counted
