@@ -125,3 +125,11 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 1 and runs[0].data.metrics["comm_ratio"] == pytest.approx(1.0)
     assert (out / "memory_comm.png").exists() and (out / "per_rank.csv").exists()
+
+
+def test_jax_branching_lesson_counts_compilations():
+    from steps.parallel.jax_lessons import branching
+    r = branching()
+    assert r["python_if_under_jit_fails"] == 1          # bool() of a tracer
+    assert r["static_branch_compiles"] == 2             # one compile per static value (True, False)
+    assert r["lax_cond_compiles"] == 1 and r["cond_matches_python"] == 1.0

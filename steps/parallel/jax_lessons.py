@@ -69,9 +69,11 @@ def branching() -> dict:
         v = jnp.full(4, sign)
         f_static(v, sign > 0)
         f_cond(v)
-    agree = bool(jnp.allclose(f_cond(-jnp.ones(4)), static_branch(-jnp.ones(4), False)))
-    return {"python_if_under_jit_fails": python_if_fails, "static_branch_compiles": traces["static"],
-            "lax_cond_compiles": traces["cond"], "cond_matches_python": float(agree)}
+    counts = dict(traces)  # before the check below, which traces again
+    v = jnp.full(4, -1.0)
+    agree = bool(jnp.allclose(f_cond(v), f_static(v, False)))
+    return {"python_if_under_jit_fails": python_if_fails, "static_branch_compiles": counts["static"],
+            "lax_cond_compiles": counts["cond"], "cond_matches_python": float(agree)}
 
 
 def sharding_text(devices: int) -> str:
