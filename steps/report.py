@@ -212,7 +212,7 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;p
 
 def run(ctx: StageRun) -> dict:
     p = ctx.params
-    stages: dict[str, dict] = p.get("stages", {})
+    stages = {stage: {"cells": stage_cells} for stage, stage_cells in p.get("stages", [])}  # DAG order
     ui = p.get("mlflow_ui_url", "http://127.0.0.1:5000")
     out, plots = ctx.out, ctx.out / "plots"
     plots.mkdir(parents=True, exist_ok=True)

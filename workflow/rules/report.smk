@@ -15,7 +15,7 @@ rule report:
             "stage": "report", "cell": "main",
             "common": cell_config(config, "report", "main")["common"],
             "params": {**config.get("report", {}),
-                       "stages": {s: {"cells": cells(config, s)} for s in STAGES}}}, sort_keys=True),
+                       "stages": [[s, cells(config, s)] for s in STAGES]}}, sort_keys=True),
     log: "results/logs/report/main.log"
     benchmark: "results/benchmarks/report/main.tsv"
     threads: 1
