@@ -78,12 +78,15 @@ def model_config(p, tok):
 
 def run_benchmark(ctx, cfg, peaks, device) -> dict:
     """Ours vs HF GPT-2 (same config, init, batch, dtype): training steps/s, interleaved runs."""
+    import copy
+
+    import pandas as pd
     import torch
 
+    from steps.hardware import gpt_flops_per_token
     from steps.models.gpt import GPTLMHeadModel
     from steps.models.hf_convert import to_hf
     from steps.models.training import benchmark
-    from steps.hardware import gpt_flops_per_token
 
     b = ctx.params["bench"]
     torch.manual_seed(ctx.seed)
@@ -97,7 +100,6 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
     batch = torch.randint(0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size),
                           generator=torch.Generator().manual_seed(ctx.seed)).to(device)
     fpt = gpt_flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
-    import copy
     out, rows = {}, []
     for dtype in b["dtypes"]:
         best = {"ours": 0.0, "hf": 0.0}
@@ -116,7 +118,6 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
                      "ours % of matmul peak": 100 * tok_s * fpt / peaks[dtype],
                      "matmul peak GFLOP/s": peaks[dtype] / 1e9})
         print(f"bench {dtype}: ours {best['ours']:.2f} steps/s, HF {best['hf']:.2f} steps/s")
-    import pandas as pd
     ctx.log_table(pd.DataFrame(rows), "benchmark")
     return out
 

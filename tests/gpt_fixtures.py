@@ -36,7 +36,7 @@ def gpt_data_dir(tmp_path_factory) -> Path:
 
 def stage_params(stage: str, **over) -> dict:
     """Schema defaults of a stage's section with `over` merged in (as cell_config would)."""
-    from steps.config import deep_merge, validate_config
+    from steps.config import validate_config
     cfg = validate_config({stage: over})
     return {k: v for k, v in cfg[stage].items() if k not in ("cells", "select")}
 

@@ -175,10 +175,11 @@ def masking_checks(params) -> list[dict]:
 
 @register_parity
 def block_checks(params) -> list[dict]:
+    import copy
+
     from transformers.activations import ACT2FN
 
     from steps.models.gpt import GPTConfig, GPTLMHeadModel, use_custom_functions
-    import copy
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     rows = [row("gelu_new (tanh)", "transformers ACT2FN['gelu_new']",
                 torch.nn.functional.gelu(x, approximate="tanh"), ACT2FN["gelu_new"](x), 1e-12),

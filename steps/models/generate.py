@@ -7,8 +7,6 @@ object with .logits and .past_key_values (ours, or a toy one in the tests).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
