@@ -121,6 +121,8 @@ def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindow
         if ck.get("fingerprint") == extra.get("fingerprint"):
             state, _ = load_checkpoint(ckpt, model, opt)
             print(f"resumed from {ckpt} at step {state.step}")
+            for rec in state.history:  # this job's MLflow run gets the whole curve
+                log({k: v for k, v in rec.items() if k != "step"}, rec["step"])
         else:
             print(f"{ckpt} belongs to another config: starting fresh")
     model.train()
