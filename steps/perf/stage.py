@@ -50,18 +50,26 @@ def load_baseline(ctx: StageRun) -> dict | None:
     return rec if rec.get("status") == "ok" else None
 
 
-def compare_to_baseline(ctx: StageRun, metrics: dict) -> None:
-    """speedup and loss drift vs the baseline cell, plus the Change column text."""
+def describe_cell(ctx: StageRun) -> dict | None:
+    """Desc and Change columns (set before any skip); returns the baseline record if available."""
     base = load_baseline(ctx)
+    ctx.info |= {"desc": ctx.params["desc"], "params": ctx.params}
+    if ctx.cell == ctx.params["baseline_cell"]:
+        ctx.info["change"] = ""
+    else:
+        ctx.info["change"] = (describe_change(ctx.params, base["info"]["params"]) if base
+                              else "(baseline not available)")
+    return base
+
+
+def compare_to_baseline(ctx: StageRun, base: dict | None, metrics: dict) -> None:
+    """speedup and loss drift vs the baseline cell (drift only when the trajectory is the same)."""
     if ctx.cell == ctx.params["baseline_cell"]:
         metrics |= {"speedup": 1.0, "loss_drift": 0.0}
-        ctx.info["change"] = ""
         return
     if base is None:
-        ctx.info["change"] = "(baseline not available)"
         return
     bp = base["info"]["params"]
-    ctx.info["change"] = describe_change(ctx.params, bp)
     metrics["speedup"] = metrics["tokens_per_s"] / base["metrics"]["tokens_per_s"]
     if all(flat({k: ctx.params[k]}) == flat({k: bp[k]}) for k in SAME_TRAJECTORY):
         metrics["loss_drift"] = metrics["loss"] - base["metrics"]["loss"]
@@ -247,12 +255,13 @@ def run(ctx: StageRun) -> dict:
                                  set_tf32)
 
     p = ctx.params
+    base = describe_cell(ctx)
     device = ctx.device
+    ctx.info |= {"device": device.type, "peak_dtype": peak_dtype(p)}
     check_device(p, device)
     is_timeline = ctx.cell == p["timeline_cell"]
     if is_timeline:
         check_timeline(p)
-    ctx.info |= {"desc": p["desc"], "device": device.type, "params": p, "peak_dtype": peak_dtype(p)}
     set_tf32(p, device)  # the peak must be measured in the mode the cell runs in
     peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
     micro = micro_batch(p)
@@ -267,7 +276,7 @@ def run(ctx: StageRun) -> dict:
     times, losses, mem_peak = train(ctx, ts, timeline)
     metrics = throughput(ts, np.array(times[p["warmup_steps"]:]), peak)
     metrics |= {"first_step_s": times[0], "loss": losses[-1], **mem_peak}
-    compare_to_baseline(ctx, metrics)
+    compare_to_baseline(ctx, base, metrics)
     ctx.info["fused_modules"] = ts.fused
 
     mt = memory_table(ts, micro, analytic, mem_peak["peak_mem_mib"] * MiB, p["compile"])
