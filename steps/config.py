@@ -73,6 +73,35 @@ def _describe(error) -> str:
     return f"config key '{key}': {error.message}"
 
 
+def _is_number_schema(schema: dict) -> bool:
+    t = schema.get("type")
+    return t == "number" or (isinstance(t, list) and "number" in t)
+
+
+def coerce_numbers(instance, schema: dict):
+    """YAML 1.1 reads `1e-4` (no dot) as a string; where the schema says number, take it as one.
+    Cell overrides are coerced with their stage's property schemas."""
+    if isinstance(instance, str) and _is_number_schema(schema):
+        try:
+            return float(instance)
+        except ValueError:
+            return instance
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        out = {}
+        for k, v in instance.items():
+            if k == "cells" and isinstance(v, dict):
+                out[k] = {c: coerce_numbers(o, schema) if isinstance(o, dict) else o for c, o in v.items()}
+            elif k in props:
+                out[k] = coerce_numbers(v, props[k])
+            else:
+                out[k] = v
+        return out
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [coerce_numbers(v, schema["items"]) for v in instance]
+    return instance
+
+
 def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
     cls = _FillingValidator if fill else Draft7Validator
     errors = sorted(cls(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
@@ -94,8 +123,8 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 def validate_config(config: dict, where: str = "merged config") -> dict:
     """Fill defaults and validate; then validate every matrix cell merged onto its stage."""
-    cfg = copy.deepcopy(config)
     schema = load_schema()
+    cfg = coerce_numbers(copy.deepcopy(config), schema)
     _validate(cfg, schema, where, fill=True)
     for stage, sub in schema["properties"].items():
         section = cfg.get(stage)

@@ -167,3 +167,15 @@ def test_bad_corpus_source_is_one_clear_error(tmp_path):
     proc = run_stage(tmp_path, "prepare_corpus", params, check=False)
     assert proc.returncode == 1
     assert "matches no files" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_yaml_exponent_without_dot_is_a_number_where_schema_says_number():
+    """YAML 1.1 reads `1e-4` as a string; the schema's `number` wins, in cells too."""
+    import yaml
+    raw = yaml.safe_load("word2vec:\n  sample: 1e-3\n  cells:\n    sgd: {lr: 2e-2}\n")
+    assert raw["word2vec"]["sample"] == "1e-3"
+    cfg = validate_config(raw)
+    assert cfg["word2vec"]["sample"] == 1e-3 and cfg["word2vec"]["cells"]["sgd"]["lr"] == 2e-2
+    assert cell_config(cfg, "word2vec", "sgd")["params"]["lr"] == 2e-2
+    with pytest.raises(ConfigError, match="word2vec.sample"):
+        validate_config({"word2vec": {"sample": "lots"}})

@@ -52,7 +52,7 @@ def test_smoke_dag_outputs_and_mlflow_runs(smoke_dag):
 def test_report_lists_every_declared_cell(smoke_dag):
     index = (smoke_dag / "results/reports/index.md").read_text()
     for stage, stage_cells in _smoke_cells().items():
-        assert f"[{stage}]" in index
+        assert f"## {stage}" in index and f"| {stage} |" in index
         table = (smoke_dag / "results/reports" / f"{stage}.md").read_text()
         for cell in stage_cells:
             assert f"| {cell} |" in table, (stage, cell)

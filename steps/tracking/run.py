@@ -275,7 +275,7 @@ def stage_main(stage: str, run: Callable[[StageRun], dict], argv: list[str] | No
         ctx.end("ok")
     except SkipCell as exc:
         record.update(status="skipped", reason=str(exc), run_id=ctx.run_id,
-                      experiment_id=ctx.experiment_id, metrics={}, info={})
+                      experiment_id=ctx.experiment_id, metrics={}, info=dict(ctx.info))
         ctx.end("skipped", str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run FAILED
         expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit,
