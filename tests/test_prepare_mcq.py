@@ -96,10 +96,18 @@ def test_malformed_csv_names_file_row_and_column(tmp_path, text, row, column):
         data.read_csv(path)
     msg = str(exc.value)
     assert str(path) in msg and f"row {row} column {column}:" in msg, msg
-    # the stage itself stops with that one error (no traceback) and a FAILED run
+
+
+def test_stage_stops_on_malformed_csv_with_one_error_and_failed_run(tmp_path):
+    import mlflow
+    path = tmp_path / "bad.csv"
+    path.write_text(GOOD.replace("e,C\n", "e,F\n"))
     proc = run_stage(tmp_path, "prepare_mcq", defaults(source=str(path)), check=False)
-    assert proc.returncode == 1 and f"row {row} column {column}" in proc.stderr
+    assert proc.returncode == 1 and f"{path} row 2 column answer" in proc.stderr
     assert "Traceback" not in proc.stderr
+    failed = json.loads((tmp_path / "results/prepare_mcq/main/failed.json").read_text())
+    run = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}").get_run(failed["run_id"])
+    assert run.info.status == "FAILED"
 
 
 def test_kaggle_csv_and_folder_sources(tmp_path):
