@@ -17,6 +17,8 @@ REPORT_COLUMNS = {
     "all pass": "metrics.all_pass",
     "worst err / tol": "metrics.worst_err_over_tol",
 }
+REPORT_HEADLINE = ("worst error ÷ tolerance over all checks", "worst err / tol", "max")
+REPORT_TABLES = ["parity"]
 
 
 def run(ctx: StageRun) -> dict:

@@ -20,6 +20,7 @@ REPORT_COLUMNS = {
     "greedy == HF": "metrics.greedy_match",
     "all pass": "metrics.all_pass",
 }
+REPORT_HEADLINE = ("worst fp64 gradient error vs HF GPT-2", "fp64 worst grad err", "max")
 
 
 def load_hf(p, dtype):

@@ -26,6 +26,9 @@ REPORT_COLUMNS = {
     "ours/HF bf16": "metrics.bench_bfloat16_ours_over_hf",
     "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
 }
+REPORT_HEADLINE = ("validation loss after training", "val loss end", "min")
+REPORT_CURVES = ["train_loss", "val_loss"]
+REPORT_TABLES = ["benchmark"]
 FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min_lr_ratio",
                     "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens")
 

@@ -17,6 +17,7 @@ REPORT_COLUMNS = {
     "val words": "metrics.validation_words",
     "characters": "metrics.characters",
 }
+REPORT_HEADLINE = ("words in the train split", "train words", "max")
 
 
 def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[str, list[dict]]:

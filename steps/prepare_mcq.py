@@ -26,6 +26,7 @@ REPORT_COLUMNS = {
     "templates": "metrics.n_templates",
     "answer balance (max/min letter)": "metrics.answer_balance",
 }
+REPORT_HEADLINE = ("distinct questions", "questions", "max")
 REPORT_TABLES = ["questions_per_template"]
 
 

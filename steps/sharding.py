@@ -21,8 +21,10 @@ REPORT_COLUMNS = {
     "state/rank measured÷analytic": "metrics.state_ratio",
     "comm/step measured÷analytic": "metrics.comm_ratio",
     "parity": "info.parity",
+    "max |Δparam|": "metrics.parity_max_dparam",
     "notes": "info.notes",
 }
+REPORT_HEADLINE = ("worst |Δparam| vs one device after K steps", "max |Δparam|", "max")
 
 
 def summarize(plan, ranks: list[dict]) -> dict:

@@ -15,6 +15,7 @@ REPORT_COLUMNS = {
     "train tokens": "metrics.train_tokens",
     "chars/token (val)": "metrics.validation_chars_per_token",
 }
+REPORT_HEADLINE = ("characters per token (validation)", "chars/token (val)", "max")
 
 
 def train_bpe(texts, vocab_size: int, min_frequency: int):
