@@ -99,10 +99,10 @@ def _derive(table: pd.DataFrame, derived: dict) -> pd.DataFrame:
     return table
 
 
-def stage_table(stage: str, cells: list[str], runs: pd.DataFrame, hook: dict) -> pd.DataFrame:
+def stage_table(records: dict[str, dict], runs: pd.DataFrame, hook: dict) -> pd.DataFrame:
+    """One row per declared cell from its record (`load_cell`) and its MLflow run."""
     rows = []
-    for cell in cells:
-        rec = load_cell(stage, cell)
+    for cell, rec in records.items():
         run_id = rec.get("run_id")
         run = runs.loc[run_id] if run_id and len(runs) and run_id in runs.index else None
         row = {"cell": cell, "status": rec.get("status"), "reason": rec.get("reason", "")}
@@ -217,14 +217,15 @@ def run(ctx: StageRun) -> dict:
     out, plots = ctx.out, ctx.out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     client = store.client(ctx.uri)
-    run_ids = [load_cell(s, c).get("run_id") for s, spec in stages.items() for c in spec["cells"]]
+    records = {s: {c: load_cell(s, c) for c in spec["cells"]} for s, spec in stages.items()}
+    run_ids = [rec.get("run_id") for recs in records.values() for rec in recs.values()]
     runs = fetch_runs(client, run_ids)
 
     heads, md_sections, html_sections = [], [], []
     counts = {"ok": 0, "skipped": 0, "failed": 0, "missing": 0}
     for stage, spec in ctx.progress(stages.items(), desc="report", total=len(stages)):
         hook = hooks(stage)
-        table = stage_table(stage, spec["cells"], runs, hook)
+        table = stage_table(records[stage], runs, hook)
         table.to_csv(out / f"{stage}.csv", index=False)
         status = table["status"].value_counts().to_dict()
         for k in counts:
