@@ -58,6 +58,34 @@ def test_reverse_questions_do_not_name_their_answer(builtin):
     assert len(rev) > 300 and not any(named)
 
 
+def answer_ranks(df: pd.DataFrame, key) -> list[int]:
+    """Rank (0 = smallest) of the answer among its 5 options under `key(option)`."""
+    ranks = []
+    for r in df.to_dict("records"):
+        keys = [key(r[k]) for k in LETTERS]
+        ranks.append(sorted(keys).index(keys[LETTERS.index(r["answer"])]))
+    return ranks
+
+
+def test_answer_rank_among_options_carries_no_information(builtin):
+    """Nearby distractors once put the answer in the middle of five numbers (a no-context model
+    learned 'pick the median'). Every rank of the visible numbers (atomic number, year, period and
+    group) and of the option elements' atomic numbers (name options) is now equally common."""
+    from steps.mcq.elements import load_elements
+    z = {e["name"]: e["atomic_number"] for e in load_elements()}
+    numbers = lambda o: tuple(int(n) for n in re.findall(r"\d+", o))  # noqa: E731
+    keys = {"atomic_number": numbers, "discovery_year": numbers, "group_block": numbers,
+            **{t: z.__getitem__ for t in ("symbol_reverse", "description", "sources", "name_origin_reverse")}}
+    df = pd.concat(builtin.values())
+    for template, key in keys.items():
+        ranks = pd.Series(answer_ranks(df[df["template"] == template], key))
+        share = ranks.value_counts(normalize=True).reindex(range(5), fill_value=0)
+        assert len(ranks) >= 80 and share.between(0.15, 0.25).all(), f"{template}: rank shares {share.tolist()}"
+    # the odd-format cue is gone too: 'period P, f-block' (no group) is never an option
+    positions = df.loc[df["template"] == "group_block", LETTERS].to_numpy().ravel()
+    assert all("group" in p for p in positions)
+
+
 def test_same_seed_identical_files_other_seed_differs(tmp_path):
     params = defaults()
     for d in ("a", "b", "c"):

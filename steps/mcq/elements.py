@@ -12,6 +12,11 @@ near misses. Several options therefore appear in every context, so "the option t
 the context" is not the answer; the model has to match the question to the right passage.
 Without context the questions need remembered knowledge (splits are by element, so no element's
 facts leak from train into test).
+
+No shortcut from the options alone: distractors are the nearest elements on both sides of the
+answer in the template's `order` (atomic number, or discovery year), and how many lie below the
+answer is balanced per template, so the answer's rank among the options (e.g. the middle of five
+nearby numbers) is uniform; the group/block question stays within one block (no odd format out).
 """
 from __future__ import annotations
 
@@ -111,6 +116,7 @@ class Template:
     fact: Callable[[dict], str]
     reverse: bool = False
     closeness: Callable[[dict, dict], tuple] = lambda e, o: (abs(e["atomic_number"] - o["atomic_number"]),)
+    order: Callable[[dict], tuple] = lambda e: (e["atomic_number"],)  # the answer's rank is balanced in it
 
 
 def _same_initial(e, o):
@@ -126,6 +132,16 @@ def _year_gap(e, o):
     return (abs((e["discovery_year"] or 0) - (o["discovery_year"] or 0)), o["atomic_number"])
 
 
+def _year(e):
+    return (e["discovery_year"] or 0, e["atomic_number"])
+
+
+def grouped_position(e: dict) -> str:
+    """Position of elements with a group: the 28 f-block ones without a group would be the only
+    'period P, f-block' options (an odd format a model could pick without knowing anything)."""
+    return position(e) if e["group_id"] else ""
+
+
 TEMPLATES = [
     Template("symbol", lambda e: e["symbol"],
              lambda e: f"What is the chemical symbol of {e['name']}?",
@@ -133,13 +149,14 @@ TEMPLATES = [
     Template("atomic_number", lambda e: str(e["atomic_number"]),
              lambda e: f"What is the atomic number of {e['name']}?",
              lambda e: f"{e['name']} has atomic number {e['atomic_number']}."),
-    Template("group_block", position,
+    Template("group_block", grouped_position,
              lambda e: f"Where is {e['name']} placed in the periodic table?",
-             lambda e: f"{e['name']} is in {position(e)} of the periodic table."),
+             lambda e: f"{e['name']} is in {position(e)} of the periodic table.", closeness=_same_block),
     Template("discovery_year", lambda e: str(e["discovery_year"] or ""),
-             lambda e: f"In which year was {e['name']} discovered?", discovery_fact, closeness=_year_gap),
+             lambda e: f"In which year was {e['name']} discovered?", discovery_fact,
+             closeness=_year_gap, order=_year),
     Template("discoverers", known_discoverers,
-             lambda e: f"Who discovered {e['name']}?", discovery_fact, closeness=_year_gap),
+             lambda e: f"Who discovered {e['name']}?", discovery_fact, closeness=_year_gap, order=_year),
     Template("discovery_location", lambda e: e["discovery_location"] or "",
              lambda e: f"In which country was {e['name']} discovered?", discovery_fact),
     Template("name_origin", lambda e: snippet(e["name_origin"], 160),
@@ -164,28 +181,41 @@ TEMPLATES = [
     Template("discovery_reverse", lambda e: discovery_fact(e).split(" was discovered", 1)[1]
              if known_discoverers(e) and e["discovery_year"] else "",
              lambda e: f"Which element was discovered{discovery_fact(e).split(' was discovered', 1)[1]}".rstrip(".") + "?",
-             discovery_fact, reverse=True, closeness=_year_gap),
+             discovery_fact, reverse=True, closeness=_year_gap, order=_year),
 ]
 TEMPLATE_NAMES = [t.name for t in TEMPLATES]
 
 
-def _distractors(t: Template, e: dict, elements: list[dict], rng: random.Random, pool: int) -> list[dict]:
-    """4 elements whose option (value or name) differs from the answer and from each other, drawn
-    from the `pool` most similar ones, so options are plausible but never ambiguous."""
+def _candidates(t: Template, e: dict, elements: list[dict]) -> list[dict]:
+    """Elements whose option (value or name) differs from the answer and from each other, most
+    similar first, so options are plausible but never ambiguous."""
     answer = t.value(e)
-    seen = {answer}
-    picked = []
+    seen, out = {answer}, []
     for o in sorted((o for o in elements if o is not e and t.value(o)), key=lambda o: t.closeness(e, o)):
         key = t.value(o)
         if key in seen or (not t.reverse and key.lower() == answer.lower()):
             continue
         seen.add(key)
-        picked.append(o)
-        if len(picked) == pool:
-            break
-    if len(picked) < 4:
+        out.append(o)
+    return out
+
+
+def _distractors(t: Template, e: dict, elements: list[dict], rng: random.Random, pool: int,
+                 rank_counts: list[int]) -> list[dict]:
+    """4 distractors among the 2 * pool most similar candidates: r below the answer in `t.order`
+    and 4 - r above it (each drawn from the nearest r + slack of its side, slack = (pool - 4) // 2).
+    r is the least used feasible rank so far in this template: the answer's rank among its options
+    is uniform, not the middle of five neighbours. `rank_counts` is updated."""
+    cands = _candidates(t, e, elements)[:2 * pool]
+    below = [o for o in cands if t.order(o) < t.order(e)]
+    above = [o for o in cands if t.order(o) > t.order(e)]
+    feasible = [r for r in range(5) if len(below) >= r and len(above) >= 4 - r]
+    if not feasible:
         return []
-    return rng.sample(picked, 4)
+    r = min(feasible, key=lambda k: (rank_counts[k], rng.random()))
+    rank_counts[r] += 1
+    slack = max(0, (pool - 4) // 2)
+    return rng.sample(below[:r + slack], r) + rng.sample(above[:4 - r + slack], 4 - r)
 
 
 def _norm(text: str) -> str:
@@ -204,10 +234,12 @@ def generate(seed: int, templates: list[str] | None = None, context_facts: int =
     chosen = [t for t in TEMPLATES if not templates or t.name in templates]
     rows = []
     for t in chosen:
+        rank_counts = [0] * 5
         for e in elements:
             if not t.value(e):
                 continue
-            others = _distractors(t, e, elements, rng, distractor_pool)
+            others = _distractors(t, e, elements, rng, distractor_pool, rank_counts)
+            rng.shuffle(others)  # which near misses go into the context: not tied to their side
             if not others:
                 continue
             option = (lambda o: o["name"]) if t.reverse else t.value
