@@ -38,9 +38,9 @@ def run(ctx: StageRun) -> dict:
     p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
     ctx.seed_everything()  # the untrained head's init depends on it
     splits = data.load_splits(p["data"], p["val_fraction"], ctx.seed)
-    tok, model, described = load(p["backbone"], p["allow_hub"])
-    ds = to_datasets(splits, tok, p["use_context"], p["max_length"],
-                     {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]})
+    tok, model, described = load(p["backbone"], p["allow_hub"], p["pooling"], p["dropout"])
+    ds, rows = to_datasets(splits, tok, p["use_context"], p["max_length"],
+                           {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]})
     train = p["train"] and "train" in ds
     args, precision = training_args(p, ctx.out, ctx.seed, device, train)
     Throughput, ToStageRun, CountingTrainer = make_trainer_classes()
@@ -64,10 +64,10 @@ def run(ctx: StageRun) -> dict:
             ctx.info["checkpoint"] = str(keep_only_best(trainer, ctx.out))
     metrics.update(validation_scores(trainer, train))
     if "test" in ds:
-        templates = splits["test"]["template"].tolist() if "template" in splits["test"] else None
+        templates = rows["test"]["template"].tolist() if "template" in rows["test"] else None
         scores, logits = evaluate_split(trainer, ds["test"], "test", ctx, p["bootstrap"], templates)
         metrics.update(scores)
-        sub = write_submission(splits["test"]["id"].head(len(ds["test"])), logits, ctx.out / "submission.csv")
+        sub = write_submission(rows["test"], logits, ctx.out / "submission.csv")
         ctx.log_artifact(sub)
         if "test_map3" in metrics:
             ctx.info["test_map3_ci"] = (f"{metrics['test_map3']:.3f} "

@@ -63,8 +63,9 @@ def test_preprocess_and_collator_shapes_and_option_survives_truncation(tokenizer
     enc = preprocess(batch, tokenizer, use_context=True, max_length=32)
     assert enc["label"] == [0, 2, 4] and all(len(x) == 5 for x in enc["input_ids"])
     assert max(len(s) for s in enc["input_ids"][0]) == 32, "long context is truncated to max_length"
-    tail = tokenizer.decode(enc["input_ids"][0][1][-6:], skip_special_tokens=True)
-    assert "option b one" in tail, f"option text must survive truncation, got {tail!r}"
+    tail = tokenizer.decode(enc["input_ids"][0][1][-10:])
+    assert tail.endswith("word [SEP] short? [SEP] option b one [SEP]"), f"prompt and option must survive, got {tail!r}"
+    assert tokenizer.decode(enc["input_ids"][1][2]).startswith("[CLS] tiny context [SEP] a much longer")
     features = [{k: enc[k][i] for k in enc} for i in range(3)]
     out = MultipleChoiceCollator(tokenizer)(features)
     n, c, length = out["input_ids"].shape
@@ -76,6 +77,25 @@ def test_preprocess_and_collator_shapes_and_option_survives_truncation(tokenizer
     assert (out["input_ids"][out["attention_mask"] == 0] == tokenizer.pad_token_id).all()
     no_ctx = preprocess(batch, tokenizer, use_context=False, max_length=32)
     assert max(map(len, no_ctx["input_ids"][0])) < 16
+
+
+def test_mean_pooling_ignores_padding_and_dropout_override():
+    import torch
+
+    from steps.mcq.model import load
+    torch.manual_seed(0)
+    tok, model, described = load("minilm", pooling="mean", dropout=0.0)
+    assert "mean pooling" in described and model.config.hidden_dropout_prob == 0.0
+    model.eval()
+    enc = tok(["iron [SEP] what is fe?"] * 5, [f"option {k}" for k in LETTERS], return_tensors="pt")
+    padded = tok.pad({k: v.tolist() for k, v in enc.items()}, padding="max_length",
+                     max_length=enc["input_ids"].shape[1] + 7, return_tensors="pt")
+    with torch.no_grad():
+        a = model(**{k: v[None] for k, v in enc.items()}).logits
+        b = model(**{k: v[None] for k, v in padded.items()}).logits
+    assert torch.allclose(a, b, atol=1e-5), "padding must not change a mean-pooled score"
+    _, cls_model, _ = load("minilm")
+    assert type(cls_model.bert.pooler).__name__ == "BertPooler"
 
 
 def test_tiny_deberta_forward_gives_one_logit_per_option(tokenizer):

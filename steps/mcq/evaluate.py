@@ -59,11 +59,15 @@ def validation_scores(trainer, trained: bool) -> dict:
     return {"validation_map3": logs.get("eval_map3"), "validation_accuracy": logs.get("eval_accuracy")}
 
 
-def write_submission(ids, logits, path: Path) -> Path:
+def write_submission(rows, logits, path: Path) -> Path:
+    """Kaggle `id,prediction` (top-3 letters) in the CSV's row order (`rows.index`)."""
+    import numpy as np
     import pandas as pd
 
     from steps.mcq.metrics import top3_letters
-    pd.DataFrame({"id": list(ids), "prediction": [" ".join(t) for t in top3_letters(logits)]}).to_csv(
+    order = np.argsort(rows.index.to_numpy(), kind="stable")
+    top3 = top3_letters(np.asarray(logits)[order])
+    pd.DataFrame({"id": rows["id"].to_numpy()[order], "prediction": [" ".join(t) for t in top3]}).to_csv(
         path, index=False, lineterminator="\n")
     return path
 

@@ -1,8 +1,10 @@
 """Dataset.map preprocessing and the multiple-choice collator.
 
-Each question becomes 5 sequence pairs: first = prompt [SEP] context (when the cell uses context),
-second = one option. Truncation is `only_first`, so the option text always survives and a long
-context loses its tail (the prompt comes first and survives too).
+Each question becomes 5 sequence pairs, laid out as the Kaggle LLM-Science-Exam notebooks did:
+first = context, second = prompt [SEP] option (without context: first = prompt, second = option).
+Truncation is `only_first`, so the prompt and the option text always survive and a long context
+loses its tail. Question and option side by side in one segment also learned faster than
+"prompt [SEP] context" / "option" (validation MAP@3 after 60 steps, see the config notes).
 """
 from __future__ import annotations
 
@@ -14,12 +16,12 @@ from steps.mcq.data import LETTERS
 def preprocess(batch: dict, tokenizer, use_context: bool, max_length: int) -> dict:
     """Batched Dataset.map function: 5 tokenized pairs per question, plus `label` when known."""
     n = len(batch["prompt"])
-    firsts = []
+    firsts, seconds = [], []
     for i in range(n):
         ctx = batch["context"][i] if use_context and "context" in batch else ""
-        first = f"{batch['prompt'][i]} {tokenizer.sep_token} {ctx}" if ctx else batch["prompt"][i]
-        firsts += [first] * 5
-    seconds = [batch[letter][i] for i in range(n) for letter in LETTERS]
+        prompt = batch["prompt"][i]
+        firsts += [ctx or prompt] * 5
+        seconds += [f"{prompt} {tokenizer.sep_token} {batch[k][i]}" if ctx else batch[k][i] for k in LETTERS]
     enc = tokenizer(firsts, seconds, truncation="only_first", max_length=max_length)
     out = {k: [v[i * 5:(i + 1) * 5] for i in range(n)] for k, v in enc.items()}
     out["length"] = [max(map(len, ids)) for ids in out["input_ids"]]  # for group_by_length

