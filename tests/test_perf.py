@@ -84,6 +84,31 @@ def test_cuda_only_cells_skip_with_reason_on_cpu(over):
     check_device(perf_params(), torch.device("cpu"))  # the baseline runs
 
 
+def test_amp_cell_skips_without_native_low_precision_matmul(monkeypatch):
+    """An AVX2-only CPU runs bf16 matmuls ~100x slower than fp32: the AMP cell is skipped with
+    the measured probe in its reason (the probe itself is stubbed here to be machine-independent)."""
+    from steps import hardware
+    from steps.perf.step import check_native_amp
+    from steps.tracking import SkipCell
+
+    monkeypatch.setattr(hardware, "native_matmul", lambda dtype, device: (False, 1.3e9, 170e9))
+    with pytest.raises(SkipCell, match=r"no native bfloat16 matmul on this CPU \(probe 1.3 vs float32 170"):
+        check_native_amp(perf_params(amp="bf16"), torch.device("cpu"))
+    check_native_amp(perf_params(amp="bf16", skip_slow_amp=False), torch.device("cpu"))  # forced: runs
+    check_native_amp(perf_params(), torch.device("cpu"))  # fp32: nothing to probe
+    monkeypatch.setattr(hardware, "native_matmul", lambda dtype, device: (True, 600e9, 170e9))
+    check_native_amp(perf_params(amp="bf16"), torch.device("cpu"))
+
+
+def test_native_matmul_probe_is_a_measurement():
+    from steps.hardware import native_matmul
+
+    fast, low, fp32 = native_matmul("float32", n=64)
+    assert fast and low == fp32 > 0
+    fast, low, fp32 = native_matmul("float64", n=64)
+    assert low > 0 and fp32 > 0 and fast == (low >= fp32)
+
+
 def test_fused_softmax_requires_manual_attention():
     from steps.perf.step import TrainStep
 
@@ -188,7 +213,8 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", db)  # restored afterwards (mlflow exports it)
-    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2,
+    # skip_slow_amp off: the bf16 path is exercised even on a CPU without native bf16 (toy size)
+    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "skip_slow_amp": False,
                                                           "warmup_steps": 3, "peak_matmul_size": 128}})
     recs = {}
     for cell in ("baseline", "amp_bf16", "tf32"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import ExitStack
 
 import numpy as np
 import pandas as pd
@@ -167,9 +168,11 @@ def ts_batch(ts, batch: int):
 
 
 class PeakMemory:
-    """Peak memory of the timed steps. CUDA: allocator peaks. CPU: VmHWM growth over the RSS at
-    the end of warm-up, plus the tensors alive then (params + optimizer state, counted exactly):
-    code and caches loaded during warm-up (oneDNN kernels JIT-compiled for bf16/AMX, inductor
+    """Peak memory of the last warm-up step, a full steady-state step (the timed steps follow
+    with the CPU allocator in reuse mode, where RSS no longer follows tensor bytes: see
+    hardware.reuse_freed_memory). CUDA: allocator peaks. CPU: VmHWM growth over the RSS at the
+    start of that step, plus the tensors alive then (params + optimizer state, counted exactly):
+    code and caches loaded earlier (oneDNN kernels JIT-compiled for bf16/AMX, inductor
     artifacts, lazily imported modules) are RSS but not training memory."""
 
     def __init__(self, device):
@@ -209,26 +212,33 @@ def check_timeline(p: dict) -> None:
 
 
 def train(ctx: StageRun, ts, timeline: Timeline | None) -> tuple[list, list, dict]:
-    """warm-up + timed steps on the fixed batch pool: step times, losses, peak memory."""
+    """warm-up + timed steps on the fixed batch pool: step times, losses, peak memory (of the
+    last warm-up step; the timed steps run with the CPU allocator reusing freed blocks)."""
+    from steps import hardware
     from steps.perf.step import synthetic_batches
 
     p = ctx.params
     batches = synthetic_batches(p, ctx.seed, ts.device)
     n_warm, n = p["warmup_steps"], p["warmup_steps"] + p["timed_steps"]
-    peak_mem = PeakMemory(ts.device)
+    peak_mem, mem = PeakMemory(ts.device), {}
     times, losses = [], []
-    for i in ctx.progress(range(n), total=n, desc=f"perf:{ctx.cell}"):
-        x = batches[i % len(batches)]
-        if i == n_warm:
-            peak_mem.reset(ts)
-        if timeline and timeline.active:   # the first (warm-up) steps, instrumented
-            dt, loss = timeline.step(ts, x)
-        else:
-            dt, loss = ts.timed_step(x)
-        times.append(dt)
-        losses.append(loss)
-        ctx.log_metrics({"train_loss": loss, "step_time_ms": dt * 1e3}, step=i)
-    return times, losses, peak_mem.read()
+    with ExitStack() as timed_mode:
+        for i in ctx.progress(range(n), total=n, desc=f"perf:{ctx.cell}"):
+            x = batches[i % len(batches)]
+            if i == n_warm - 1:
+                peak_mem.reset(ts)
+            if i == n_warm:
+                mem = peak_mem.read()
+                if ts.device.type == "cpu":
+                    timed_mode.enter_context(hardware.reuse_freed_memory())
+            if timeline and timeline.active:   # the first (warm-up) steps, instrumented
+                dt, loss = timeline.step(ts, x)
+            else:
+                dt, loss = ts.timed_step(x)
+            times.append(dt)
+            losses.append(loss)
+            ctx.log_metrics({"train_loss": loss, "step_time_ms": dt * 1e3}, step=i)
+    return times, losses, mem
 
 
 def throughput(ts, timed: np.ndarray, peak_flops: float) -> dict:
@@ -251,14 +261,15 @@ def run(ctx: StageRun) -> dict:
 
     from steps import hardware
     from steps.perf import memory
-    from steps.perf.step import (TrainStep, check_device, gpt_config, micro_batch, peak_dtype,
-                                 set_tf32)
+    from steps.perf.step import (TrainStep, check_device, check_native_amp, gpt_config, micro_batch,
+                                 peak_dtype, set_tf32)
 
     p = ctx.params
     base = describe_cell(ctx)
     device = ctx.device
     ctx.info |= {"device": device.type, "peak_dtype": peak_dtype(p)}
     check_device(p, device)
+    check_native_amp(p, device)
     is_timeline = ctx.cell == p["timeline_cell"]
     if is_timeline:
         check_timeline(p)
