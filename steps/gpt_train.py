@@ -79,6 +79,26 @@ def model_config(p, tok):
     return GPTConfig(**cfg)
 
 
+def bench_dtypes(ctx, device) -> list[str]:
+    """The benchmark's dtypes this device multiplies natively; the others are named in
+    info["bench_skipped"] (a CPU without AVX512-BF16/AMX runs bf16 matmuls ~100x slower than
+    fp32: hours for a number that says nothing about either model)."""
+    from steps.hardware import native_matmul
+
+    b = ctx.params["bench"]
+    if not b["enabled"]:
+        return []
+    keep = []
+    for dt in b["dtypes"]:
+        fast, low, fp32 = native_matmul(dt, device.type) if device.type == "cpu" else (True, 0, 0)
+        if fast:
+            keep.append(dt)
+        else:
+            ctx.info.setdefault("bench_skipped", {})[dt] = (
+                f"no native {dt} matmul on this CPU (probe {low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+    return keep
+
+
 def run_benchmark(ctx, cfg, peaks, device) -> dict:
     """Ours vs HF GPT-2 (same config, init, batch, dtype): training steps/s, interleaved runs."""
     import copy
@@ -105,6 +125,10 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
     fpt = gpt_flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
     out, rows = {}, []
     for dtype in b["dtypes"]:
+        if dtype in ctx.info.get("bench_skipped", {}):
+            rows.append({"dtype": dtype, "skipped": ctx.info["bench_skipped"][dtype]})
+            print(f"bench {dtype}: skipped, {ctx.info['bench_skipped'][dtype]}")
+            continue
         best = {"ours": 0.0, "hf": 0.0}
         for _ in range(b["repeats"]):  # interleave so background load hits both alike
             for name, m in (("ours", ref), ("hf", hf_ref)):
@@ -188,8 +212,8 @@ def run(ctx: StageRun) -> dict:
     (ctx.out / "history.json").write_text(json.dumps(state.history))
     plot_curves(ctx, state.history)
 
-    dtypes = sorted({p["dtype"], *p["bench"]["dtypes"]}) if p["bench"]["enabled"] else [p["dtype"]]
-    peaks = {dt: matmul_peak_flops(dt, device.type) for dt in dtypes}  # measured once, this run
+    peaks = {dt: matmul_peak_flops(dt, device.type)  # measured once, this run
+             for dt in [p["dtype"], *bench_dtypes(ctx, device)]}
     fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
     val_final = [h["val_loss"] for h in state.history if "val_loss" in h][-1:] or [float("nan")]

@@ -30,12 +30,12 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
     cfg = load_config(DEFAULT)
     names = cells(cfg, "perf")
     assert names[0] == "baseline" and len(names) == len(set(names)) >= 15
-    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch8", "batch32", "batch48", "attn_manual",
+    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch4", "batch16", "batch24", "attn_manual",
             "adamw_foreach", "adamw_fused", "checkpoint", "grad_accum4", "accelerate",
             "fused_softmax", "fused_layernorm", "fused_triton"} <= set(names)
     base = cell_config(cfg, "perf", "baseline")["params"]
-    b32 = cell_config(cfg, "perf", "batch32")["params"]
-    assert b32["batch_size"] == 32 and base["batch_size"] == 16
+    b32 = cell_config(cfg, "perf", "batch16")["params"]
+    assert b32["batch_size"] == 16 and base["batch_size"] == 8
     assert {k: v for k, v in b32.items() if k not in ("batch_size", "desc")} == \
            {k: v for k, v in base.items() if k not in ("batch_size", "desc")}
     assert "cells" not in b32 and "select" not in b32
