@@ -103,7 +103,12 @@ def run(ctx: StageRun) -> dict:
         metrics = {"load_s": time.perf_counter() - t0}
     else:
         if p["backend"] == "torch":
-            ctx.info["update_path"] = "fused index_add_ SGD" if p["fused"] else "autograd sparse grads"
+            ctx.info["update_path"] = (("torch.compile'd" if p["compile"] else "eager")
+                                       + " hand-written index_add_ SGD" if p["fused"]
+                                       else "autograd sparse grads")
+            ctx.info["negatives"] = "shared per window" if p["shared_negatives"] else "per pair"
+            ctx.info["timing"] = "words/s over the training loop; compile_s (one-time, cached on " \
+                                 "disk by Inductor) is excluded, as gensim's build is"
         words, vectors, metrics = train_vectors(ctx, p)
     kv = keyed_vectors(words, vectors)
     t1 = time.perf_counter()

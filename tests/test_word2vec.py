@@ -1,6 +1,6 @@
 """word2vec pieces against their formulas and references: subsampling, the negative table, the
-dynamic window, the hand-written SGD step vs autograd + torch.optim.SGD, a toy corpus whose
-structure is known, the export round trip through gensim, and bad configs."""
+dynamic window, the hand-written SGD step vs autograd + torch.optim.SGD (and compiled vs eager),
+a toy corpus whose structure is known, the export round trip through gensim, and bad configs."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +9,11 @@ import torch
 
 from steps.config import ConfigError, validate_config
 from steps.w2v.evaluate import keyed_vectors, save_word2vec_text
-from steps.w2v.model import SGNS
-from steps.w2v.pairs import cbow_examples, subsample, window_pairs
+from steps.w2v.model import SGNS, pair_weights, targets_of
 from steps.w2v.text import sentences, tokenize
-from steps.w2v.train import TrainConfig, fused_sgd_step, train
+from steps.w2v.train import TrainConfig, make_sgd_step, train
 from steps.w2v.vocab import Vocab
+from steps.w2v.windows import gather_windows, plan_epoch, subsample
 
 torch.set_num_threads(1)
 
@@ -65,54 +65,101 @@ def test_negative_table_matches_unigram_power():
     assert np.all(np.abs(emp - p[:10]) < 5 * np.sqrt(p[:10] / 500_000))
 
 
+def plan_windows(sid, window, batch, seed=0):
+    """All windows of one epoch without subsampling; token id = position, so a context id minus
+    its center id is the offset. Returns (offsets, same-sentence flags, plan) of valid slots."""
+    n = len(sid)
+    plan = plan_epoch(np.arange(n), sid, np.ones(n), window, batch, n + 1,
+                      np.random.default_rng(seed))
+    offs, same = [], []
+    for w, centers in plan.batches:
+        ctx, mask, center = gather_windows(plan.tokens, plan.sentence, centers, w)
+        assert ctx.shape == (batch, 2 * w)
+        offs.append((ctx - center[:, None])[mask])
+        same.append((torch.from_numpy(sid)[ctx] == torch.from_numpy(sid)[center][:, None])[mask])
+    return torch.cat(offs).numpy(), torch.cat(same).numpy(), plan
+
+
 def test_dynamic_window_weights_and_sentence_bounds():
     W, n = 4, 60_000
     sid = np.repeat(np.arange(n // 30), 30)
-    c, x = window_pairs(sid, W, np.random.default_rng(0))
-    assert (sid[c] == sid[x]).all() and (c != x).all()
-    dist = np.abs(c - x)
+    offs, same, plan = plan_windows(sid, W, 64)
+    assert same.all() and (offs != 0).all()
+    dist = np.abs(offs)
     assert dist.max() == W
     # a center sees a neighbour at distance d with probability (W - d + 1) / W; a 30-word
     # sentence has 30 - d such neighbours per direction
     counts = np.bincount(dist, minlength=W + 1)[1:]
     per_slot = counts / np.array([(30 - d) * 2 * (n // 30) for d in range(1, W + 1)])
     np.testing.assert_allclose(per_slot, [(W - d + 1) / W for d in range(1, W + 1)], atol=0.01)
+    # every token is a center exactly once; batches are padded with the empty window at n
+    centers = torch.cat([c for _, c in plan.batches]).numpy()
+    np.testing.assert_array_equal(np.sort(centers[centers < n]), np.arange(n))
+    assert (centers == n).sum() < 64 * W
 
 
-def test_cbow_bags_are_the_windows():
-    sid = np.zeros(50, dtype=np.int64)
-    ids = np.arange(50)
-    centers, flat, offsets = cbow_examples(ids, sid, 3, np.random.default_rng(1))
-    assert len(centers) == 50
-    bags = np.split(flat, offsets[1:])
-    for c, bag in zip(centers, bags):
-        assert c not in bag and 1 <= len(bag) <= 6 and np.abs(bag - c).max() <= 3
+def test_window_edges_and_padding():
+    """Windows stop at sentence ends and array edges; the padding center's window is empty."""
+    tokens = torch.tensor([10, 11, 12, 13, 14, 0])
+    sentence = torch.tensor([0, 0, 0, 1, 1, -1])
+    ctx, mask, center = gather_windows(tokens, sentence, torch.tensor([0, 2, 3, 5]), 2)
+    assert center.tolist() == [10, 12, 13, 0]
+    assert [c[m].tolist() for c, m in zip(ctx, mask)] == [[11, 12], [10, 11], [14], []]
 
 
-@pytest.mark.parametrize("cbow", [False, True])
-def test_fused_sgd_step_equals_autograd_sgd(cbow):
+def window_case(V=50, n=40, B=12, w=3, K=4, rows=1, seed=0):
+    """A random batch of windows: token array with sentences, centers, negatives (some equal
+    to their center, which must get zero weight)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.cat([torch.randint(V, (n,), generator=g), torch.zeros(1, dtype=torch.long)])
+    sentence = torch.cat([torch.arange(n) // 7, torch.tensor([-1])])
+    centers = torch.cat([torch.tensor([5]), torch.randint(n, (B - 2,), generator=g), torch.tensor([n])])
+    negatives = torch.randint(V, (B, rows, K), generator=g)
+    negatives[0, 0, 0] = tokens[centers[0]]
+    return tokens, sentence, centers, w, negatives
+
+
+@pytest.mark.parametrize("arch,shared", [("skipgram", True), ("skipgram", False), ("cbow", True)])
+def test_hand_written_sgd_step_equals_autograd_sgd(arch, shared):
+    """The manual gradient vs autograd's gradient of the same loss, one SGD step each:
+    parameters agree to 1e-6 absolute (float32 sums in a different order)."""
     torch.manual_seed(0)
-    V, d, B, K, lr = 50, 16, 64, 5, 0.1
+    V, d, lr, cbow = 50, 16, 0.1, arch == "cbow"
     a = SGNS(V, d)
     torch.nn.init.normal_(a.out, std=0.3)
     b = SGNS(V, d)
     b.load_state_dict(a.state_dict())
-    targets = torch.randint(V, (B, 1 + K))
-    if cbow:
-        lens = torch.randint(1, 5, (B,))
-        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)[:-1]])
-        inputs = torch.randint(V, (int(lens.sum()),))
-    else:
-        offsets, inputs = None, torch.randint(V, (B,))
+    tokens, sentence, centers, w, negatives = window_case(rows=1 if shared or cbow else 6)
+    ctx, mask, center = gather_windows(tokens, sentence, centers, w)
+    targets = targets_of(center, negatives)
+    assert mask[0, 0] and pair_weights(mask, targets)[0, 0, 1] == 0  # drew the center: skipped
     opt = torch.optim.SGD(a.parameters(), lr=lr)
-    loss_a = a(inputs, targets, offsets)
+    loss_a = a(ctx, mask, targets, cbow)
     loss_a.backward()
     assert a.inp.grad.is_sparse and a.out.grad.is_sparse
     opt.step()
-    loss_b = fused_sgd_step(b, inputs, targets, lr, offsets)
-    torch.testing.assert_close(loss_b, loss_a.detach())
+    acc = torch.zeros(2, dtype=torch.float64)
+    make_sgd_step(compile_=False)(b.inp.data, b.out.data, tokens, sentence, centers, w, negatives,
+                                  torch.tensor(lr), cbow, acc)
+    torch.testing.assert_close(acc[0].float(), loss_a.detach())
+    assert acc[1] == (mask.any(1) if cbow else mask).sum()
     torch.testing.assert_close(b.inp, a.inp, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(b.out, a.out, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_sgd_step_equals_eager():
+    """torch.compile's fused loops vs the eager ops, same batch: 1e-6 absolute."""
+    models = [SGNS(50, 16) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    accs = [torch.zeros(2, dtype=torch.float64) for _ in range(2)]
+    case = window_case()
+    for m, acc, compiled in zip(models, accs, (False, True)):
+        for _ in range(3):
+            make_sgd_step(compiled)(m.inp.data, m.out.data, *case, torch.tensor(0.1), False, acc)
+    torch.testing.assert_close(accs[1], accs[0])
+    torch.testing.assert_close(models[1].inp, models[0].inp, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(models[1].out, models[0].out, atol=1e-6, rtol=1e-5)
 
 
 def toy_corpus(n_sent=400, seed=0):
@@ -139,7 +186,8 @@ def test_toy_clusters_loss_decreases(optimizer, arch):
     ids, sid = v.encode(sents)
     lr = {"sgd": 0.05, "sparseadam": 0.01, "adagrad": 0.1}[optimizer]
     cfg = TrainConfig(arch=arch, dim=16, window=3, negative=3, sample=0, epochs=4, lr=lr,
-                      optimizer=optimizer, fused=optimizer == "sgd", batch_size=64, log_every=1)
+                      optimizer=optimizer, fused=optimizer == "sgd", compile=False, batch_size=16,
+                      log_every=1)
     losses = []
     vec, stats = train(v, ids, sid, len(ids), cfg, log=lambda m, step: losses.append(m["loss"]))
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
@@ -152,7 +200,7 @@ def test_training_is_deterministic():
     sents = toy_corpus(100)
     v = Vocab.build(sents, 1)
     ids, sid = v.encode(sents)
-    cfg = TrainConfig(dim=8, window=2, negative=2, epochs=1, batch_size=32, seed=3)
+    cfg = TrainConfig(dim=8, window=2, negative=2, epochs=1, batch_size=32, seed=3, compile=False)
     a, _ = train(v, ids, sid, len(ids), cfg)
     b, _ = train(v, ids, sid, len(ids), cfg)
     np.testing.assert_array_equal(a, b)

@@ -8,8 +8,10 @@ from steps.w2v.train import TrainConfig
 
 
 def stable_hash(text: str) -> int:
-    """gensim seeds each word's initial vector with hash(word + seed); Python's str hash changes
-    per process (PYTHONHASHSEED), crc32 does not, so a 1-worker run is reproducible."""
+    """gensim's `hashfxn` (default: Python's str hash, which changes per process with
+    PYTHONHASHSEED). gensim 4 draws the initial vectors from one generator seeded by `seed`
+    (U(-1/d, 1/d), which our SGNS matches) and uses hashfxn only for per-word seeded vectors;
+    crc32 keeps any such path reproducible too."""
     return zlib.crc32(text.encode("utf-8"))
 
 

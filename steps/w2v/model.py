@@ -1,4 +1,14 @@
-"""Skip-gram / CBOW with negative sampling: two embedding tables, sparse gradients."""
+"""Skip-gram / CBOW with negative sampling over whole windows: two embedding tables, the loss,
+and the pieces the hand-written SGD step (train.py) shares with it.
+
+Shapes of one batch of B windows of 2w slots, K negatives:
+- contexts (B, 2w) word ids with a mask (slots outside the sentence are off);
+- targets (B, J, 1 + K): the center word, then K negatives. J = 1 shares the negatives among
+  the window's pairs (pWord2Vec, Ji et al. 2016: fewer rows to gather, the same expected
+  gradient); J = 2w draws them per pair, as word2vec.c does.
+- skip-gram: each context row h predicts the center (gensim's orientation: syn0[context] is the
+  input); CBOW: the mean of the context rows predicts it (one input row per window).
+"""
 from __future__ import annotations
 
 import torch
@@ -9,33 +19,63 @@ from torch import nn
 class SGNS(nn.Module):
     """`inp` holds the word vectors we keep; `out` the context ("syn1neg") vectors.
 
-    Initialised like word2vec: inp ~ U(-0.5/d, 0.5/d), out = 0. Both lookups are sparse, so a
-    step touches only the rows in the batch (and SparseAdam / sparse Adagrad can be used).
-    Unlike word2vec.c, a negative that happens to equal the true word is not skipped (rare for
-    all but the most frequent words, which subsampling thins out)."""
+    Initialised like gensim 4 (`prep_vectors`): inp ~ U(-1/d, 1/d), out = 0 (word2vec.c draws
+    inp from half that range; matching the baseline moved our analogy score 0.4 points closer
+    to gensim's on the plays). Both lookups are sparse, so a step touches only the rows in the
+    batch (and SparseAdam / sparse Adagrad can be used)."""
 
     def __init__(self, vocab_size: int, dim: int):
         super().__init__()
         if vocab_size < 1 or dim < 1:
             raise ValueError(f"vocab_size and dim must be >= 1, got {vocab_size}, {dim}")
-        self.inp = nn.Parameter(torch.empty(vocab_size, dim).uniform_(-0.5 / dim, 0.5 / dim))
+        self.inp = nn.Parameter(torch.empty(vocab_size, dim).uniform_(-1.0 / dim, 1.0 / dim))
         self.out = nn.Parameter(torch.zeros(vocab_size, dim))
 
-    def forward(self, inputs, targets, offsets=None):
-        """Summed loss -log σ(h·v_t0) - Σ_k log σ(-h·v_tk) over the batch.
-
-        targets (B, 1 + K): column 0 the true word, then K negatives.
-        Skip-gram: inputs = center ids (B,), targets[:, 0] = context ids.
-        CBOW: inputs = flat context ids with `offsets` (B bags, averaged), targets[:, 0] = centers.
-        The sum (not mean) keeps SGD's learning rate per example, as in word2vec."""
-        if offsets is None:
-            h = F.embedding(inputs, self.inp, sparse=True)
-        else:
-            h = F.embedding_bag(inputs, self.inp, offsets, mode="mean", sparse=True)
-        v = F.embedding(targets, self.out, sparse=True)                   # (B, 1 + K, d)
-        return sgns_loss((v * h.unsqueeze(1)).sum(-1))
+    def forward(self, contexts, mask, targets, cbow: bool = False):
+        """Summed loss -log σ(h·v_center) - Σ_k log σ(-h·v_k) over the valid pairs of the batch
+        (the sum, not the mean, keeps SGD's learning rate per pair, as in word2vec)."""
+        h = F.embedding(contexts, self.inp, sparse=True)
+        share = None
+        if cbow:
+            h, share = pool(h, mask)
+        v = F.embedding(targets, self.out, sparse=True)
+        return sgns_loss(scores(h, v), pair_weights(mask, targets, share))
 
 
-def sgns_loss(scores: torch.Tensor) -> torch.Tensor:
-    """scores (B, 1 + K) = h·v: column 0 is the positive, the rest negatives."""
-    return -(F.logsigmoid(scores[:, 0]).sum() + F.logsigmoid(-scores[:, 1:]).sum())
+def targets_of(center: torch.Tensor, negatives: torch.Tensor) -> torch.Tensor:
+    """(B, J, 1 + K) target ids: the center word in column 0, then the negatives (B, J, K)."""
+    B, J, _ = negatives.shape
+    return torch.cat([center.view(B, 1, 1).expand(B, J, 1), negatives], 2)
+
+
+def pool(h: torch.Tensor, mask: torch.Tensor):
+    """CBOW's input: the mean of the window's valid rows, (B, 1, d); `share` (B, 2w) is each
+    member's weight in it, which is also its share of the gradient."""
+    share = mask / mask.sum(1, keepdim=True).clamp(min=1)
+    return (h * share.unsqueeze(2)).sum(1, keepdim=True), share
+
+
+def pair_weights(mask, targets, share=None) -> torch.Tensor:
+    """(B, rows, 1 + K) 0/1 weights: the input row is a real one (a valid slot; for CBOW a
+    non-empty window) and the target is not a negative that drew the center itself (word2vec.c
+    and gensim skip those)."""
+    rows = mask if share is None else mask.any(1, keepdim=True)
+    neg_ok = targets[..., 1:] != targets[..., :1]
+    col = torch.cat([torch.ones_like(neg_ok[..., :1]), neg_ok], -1)
+    return (rows.unsqueeze(2) & col).to(torch.float32)
+
+
+def scores(h: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """h (B, rows, d), v (B, J, 1 + K, d) with J = 1 or rows -> h·v (B, rows, 1 + K).
+    Compiled, multiply-and-sum fuses into one loop; eager, it would materialise a
+    (B, rows, 1 + K, d) product, so shared targets (J = 1) take a bmm instead."""
+    if v.shape[1] == 1 and not torch.compiler.is_compiling():
+        return torch.bmm(h, v[:, 0].transpose(1, 2))
+    return (h.unsqueeze(2) * v).sum(-1)
+
+
+def sgns_loss(s: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """s (..., 1 + K): column 0 is the positive, the rest negatives; weighted sum of -log σ(±s)."""
+    sign = torch.ones(s.shape[-1], dtype=s.dtype, device=s.device)
+    sign[1:] = -1
+    return -(F.logsigmoid(s * sign) * weight).sum()

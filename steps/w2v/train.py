@@ -1,10 +1,10 @@
-"""The PyTorch trainer: epochs of subsampled, dynamically windowed examples in large batches.
+"""The PyTorch trainer: epochs of subsampled, dynamically windowed examples in batches of windows.
 
 Two update paths, equal up to float rounding (tests/test_word2vec.py checks it):
 - `autograd`: loss.backward() gives sparse embedding gradients, any torch optimizer steps them
   (SGD, SparseAdam, Adagrad — the optimizer comparison).
-- `fused` SGD: the same gradient written out by hand and applied with `index_add_`, skipping the
-  sparse-tensor bookkeeping; this is what word2vec.c does per pair, vectorised over a batch.
+- `fused` SGD: the same gradient written out by hand and applied with `index_add_` (what
+  word2vec.c does per pair, vectorised over a batch of windows), compiled by torch.compile.
 """
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from steps.config import ConfigError
-from steps.w2v.model import SGNS, sgns_loss
-from steps.w2v.pairs import cbow_examples, skipgram_examples, subsample
+from steps.w2v.model import SGNS, pair_weights, pool, scores, sgns_loss, targets_of
 from steps.w2v.vocab import Vocab
+from steps.w2v.windows import gather_windows, plan_epoch
 
 OPTIMIZERS = ("sgd", "sparseadam", "adagrad")
 
@@ -35,8 +34,10 @@ class TrainConfig:
     lr: float = 0.025
     min_lr: float = 1e-4
     schedule: str = "linear"       # linear (word2vec's decay to min_lr) | constant
-    batch_size: int = 512          # skip-gram pairs (or CBOW centers) per step
+    batch_size: int = 256          # windows (center words) per step
+    shared_negatives: bool = True  # one set of K negatives per window (False: per pair)
     fused: bool = True             # hand-written SGD step (only with optimizer sgd)
+    compile: bool = True           # torch.compile the fused step
     table_size: int = 1_000_000
     chunk_words: int = 4_000_000   # tokens whose examples are built at once
     log_every: int = 50
@@ -75,76 +76,48 @@ def make_optimizer(model: SGNS, cfg: TrainConfig):
     return torch.optim.Adagrad(params, lr=cfg.lr)
 
 
-@torch.no_grad()
-def fused_sgd_step(model: SGNS, inputs, targets, lr: float, offsets=None, with_loss=True):
-    """One SGD step on the summed SGNS loss without autograd; returns the loss before the step
-    (None unless `with_loss`: computing it every step costs ~10% of the step).
+def sgd_step(inp, out, tokens, sentence, centers, w: int, negatives, lr, cbow: bool, acc):
+    """One SGD step on a batch of windows without autograd; adds (loss, pairs) of the batch,
+    before the step, to `acc` (a tensor: no host sync per step).
 
-    With s = h·v, d loss/d s = σ(s) - label, so with g = lr·(label - σ(s)):
-    v_k += g_k h and h += Σ_k g_k v_k (old v, as word2vec.c), scattered with index_add_.
-    Multiply-and-sum beats bmm for these (B, 1+K, d) shapes, and batches of a few hundred
-    pairs keep the gathered rows in cache (see the batch_size default)."""
-    inp, out = model.inp, model.out
-    if offsets is None:
-        h = inp.index_select(0, inputs)
-    else:
-        h = F.embedding_bag(inputs, inp, offsets, mode="mean")
-    B, K1 = targets.shape
-    flat = targets.reshape(-1)
-    v = out.index_select(0, flat).view(B, K1, -1)
-    s = (v * h.unsqueeze(1)).sum(-1)
-    loss = sgns_loss(s) if with_loss else None
-    g = torch.sigmoid(s).neg_()
-    g[:, 0] += 1.0
-    g.mul_(lr)
-    gh = (g.unsqueeze(2) * v).sum(1)
-    out.index_add_(0, flat, (g.unsqueeze(2) * h.unsqueeze(1)).view(B * K1, -1))
-    if offsets is None:
-        inp.index_add_(0, inputs, gh)
-    else:  # mean of a bag: each member gets gh / bag size
-        counts = torch.diff(offsets, append=offsets.new_tensor([len(inputs)]))
-        share = (gh / counts.unsqueeze(1).to(gh.dtype)).repeat_interleave(counts, 0)
-        inp.index_add_(0, inputs, share)
-    return loss
+    With s = h·v, d loss/d s = σ(s) - label, so with g = lr·(label - σ(s))·weight:
+    v += g h and h += Σ g v (both from the old values, as word2vec.c), scattered with
+    index_add_. Pure tensor ops, so torch.compile turns it into one loop nest per window size
+    (gather, dot products, sigmoid, scatter) with no (B, 2w, 1 + K, d) temporaries."""
+    ctx, mask, center = gather_windows(tokens, sentence, centers, w)
+    targets = targets_of(center, negatives)
+    h = inp[ctx]
+    share = None
+    if cbow:
+        h, share = pool(h, mask)
+    v = out[targets]
+    s = scores(h, v)
+    weight = pair_weights(mask, targets, share)
+    label = torch.zeros(s.shape[-1], dtype=s.dtype, device=s.device)
+    label[0] = 1
+    g = (label - torch.sigmoid(s)) * weight * lr
+    dh = (g.unsqueeze(-1) * v).sum(2)                         # (B, rows, d)
+    dv = g.unsqueeze(-1) * h.unsqueeze(2)                     # (B, rows, 1 + K, d)
+    if targets.shape[1] != dv.shape[1]:                       # shared negatives: sum the rows
+        dv = dv.sum(1, keepdim=True)
+    if share is not None:                                     # CBOW: each member its share
+        dh = dh * share.unsqueeze(2)
+    d = inp.shape[1]
+    out.index_add_(0, targets.reshape(-1), dv.reshape(-1, d))
+    inp.index_add_(0, ctx.reshape(-1), dh.reshape(-1, d))
+    acc.add_(torch.stack([sgns_loss(s, weight), weight[..., 0].sum()]))
 
 
-class Batches:
-    """One epoch of examples as torch tensors, sliced into batches (skip-gram pairs or CBOW bags).
-
-    Each batch comes with its targets matrix (true word, then `negative` draws from the table);
-    negatives are drawn for many batches at once to keep per-step Python overhead small."""
-    BLOCK = 1 << 18
-
-    def __init__(self, cfg: TrainConfig, ids, sid, keep, table, rng, gen, device):
-        ids, sid = subsample(ids, sid, keep, rng)
-        self.cbow = cfg.arch == "cbow"
-        if self.cbow:
-            c, x, off = cbow_examples(ids, sid, cfg.window, rng)
-            self.offsets = torch.from_numpy(np.append(off, len(x))).to(device)
-        else:
-            c, x = skipgram_examples(ids, sid, cfg.window, rng)
-        self.target = torch.from_numpy(c if self.cbow else x).to(device)
-        self.inputs = torch.from_numpy(x if self.cbow else c).to(device)
-        self.n, self.bs, self.k = len(self.target), cfg.batch_size, cfg.negative
-        self.table, self.gen = table, gen
-
-    def __len__(self) -> int:
-        return (self.n + self.bs - 1) // self.bs
-
-    def __iter__(self):
-        block = max(self.BLOCK // self.bs, 1) * self.bs
-        for b0 in range(0, self.n, block):
-            b1 = min(b0 + block, self.n)
-            draws = torch.randint(len(self.table), (b1 - b0, self.k), generator=self.gen,
-                                  device=self.table.device)
-            targets = torch.cat([self.target[b0:b1, None], self.table[draws]], 1)
-            for s in range(b0, b1, self.bs):
-                e = min(s + self.bs, b1)
-                if self.cbow:
-                    a, z = self.offsets[s], self.offsets[e]
-                    yield self.inputs[a:z], targets[s - b0:e - b0], self.offsets[s:e] - a, e
-                else:
-                    yield self.inputs[s:e], targets[s - b0:e - b0], None, e
+def make_sgd_step(compile_: bool, window: int = 5):
+    """The SGD step, compiled with static shapes (one graph per window size b) or eager.
+    Indirect-index bounds asserts are dropped from the generated loops: gather_windows clamps
+    every position and the vocabulary ids come from our own tables."""
+    step = torch.no_grad()(sgd_step)
+    if not compile_:
+        return step
+    dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
+    return torch.compile(step, dynamic=False, options={"assert_indirect_indexing": False})
 
 
 def chunk_bounds(sid: np.ndarray, chunk_words: int) -> list[tuple[int, int]]:
@@ -162,47 +135,88 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
           device="cpu", progress=None, log=None) -> tuple[np.ndarray, dict]:
     """Train and return (input vectors as float32 numpy, stats). `raw_words` = corpus tokens per
     epoch including out-of-vocabulary ones: words/s counts them, as gensim's raw word count does.
-    `progress(total=...)` makes a tqdm-like bar; `log(metrics, step)` receives the loss."""
+    `progress(total=...)` makes a tqdm-like bar; `log(metrics, step)` receives the loss.
+    The timer starts after the compile warm-up (reported as compile_s)."""
     cfg.check()
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     model = SGNS(len(vocab), cfg.dim).to(device)
-    opt = None if cfg.fused else make_optimizer(model, cfg)
     keep = vocab.keep_prob(cfg.sample)
     table = torch.from_numpy(vocab.negative_table(cfg.table_size)).long().to(device)
+    bounds = chunk_bounds(sid, cfg.chunk_words)
+    capacity = max(z - a for a, z in bounds) + 1
+    cbow = cfg.arch == "cbow"
+    step_fn = opt = None
+    if cfg.fused:
+        step_fn = make_sgd_step(cfg.compile, cfg.window)
+    else:
+        opt = make_optimizer(model, cfg)
+    lr = torch.tensor(cfg.lr, device=device)
+    acc = torch.zeros(2, device=device, dtype=torch.float64)
+
+    def rows(w):  # target rows per window: shared negatives (or CBOW's one input) vs per pair
+        return 1 if cbow or cfg.shared_negatives else 2 * w
+
+    def step(tokens, sentence, centers, w):
+        negatives = table[torch.randint(len(table), (len(centers), rows(w), cfg.negative),
+                                        generator=gen, device=device)]
+        if step_fn is not None:
+            return step_fn(model.inp.data, model.out.data, tokens, sentence, centers, w,
+                           negatives, lr, cbow, acc)
+        for group in opt.param_groups:
+            group["lr"] = float(lr)
+        with torch.no_grad():
+            ctx, mask, center = gather_windows(tokens, sentence, centers, w)
+        targets = targets_of(center, negatives)
+        opt.zero_grad(set_to_none=True)
+        loss = model(ctx, mask, targets, cbow)
+        loss.backward()
+        opt.step()
+        acc.add_(torch.stack([loss.detach().double(),
+                           (mask.any(1) if cbow else mask).sum().double()]))
+
+    t0 = time.perf_counter()
+    if step_fn is not None and cfg.compile:  # warm-up: each window size on empty windows (no-op)
+        tokens = torch.zeros(capacity, dtype=torch.int64, device=device)
+        centers = torch.full((cfg.batch_size,), capacity - 1, dtype=torch.int64, device=device)
+        for w in range(1, cfg.window + 1):
+            negatives = torch.zeros(cfg.batch_size, rows(w), cfg.negative, dtype=torch.int64,
+                                    device=device)
+            try:
+                step_fn(model.inp.data, model.out.data, tokens, tokens - 1, centers, w, negatives,
+                        lr, cbow, acc)
+            except Exception as exc:  # no C++ compiler, unsupported platform, ...
+                raise ConfigError(f"word2vec: torch.compile of the SGD step failed "
+                                  f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                                  f"fix: install a C++ compiler (g++) or set word2vec.compile: "
+                                  f"false") from exc
+        acc.zero_()
+    compile_s = time.perf_counter() - t0
     total = raw_words * cfg.epochs
     bar = progress(total=total, unit="w", unit_scale=True, desc="word2vec") if progress else None
-    step, examples, lr, losses = 0, 0, cfg.lr, []
-    bounds = chunk_bounds(sid, cfg.chunk_words)
+    steps, losses, last = 0, [], (0.0, 0.0)
     t0, cpu0 = time.perf_counter(), time.process_time()
     for epoch in range(cfg.epochs):
         for a, z in bounds:
-            batches = Batches(cfg, ids[a:z], sid[a:z], keep, table, rng, gen, device)
-            chunk_raw, done = raw_words * (z - a) / len(ids), 0
-            for inputs, targets, offsets, end in batches:
-                frac = (epoch + (a + (z - a) * end / batches.n) / len(ids)) / cfg.epochs
+            plan = plan_epoch(ids[a:z], sid[a:z], keep, cfg.window, cfg.batch_size, capacity, rng)
+            tokens, sentence = plan.tokens.to(device), plan.sentence.to(device)
+            chunk_raw, done, n = raw_words * (z - a) / len(ids), 0, len(plan.batches)
+            for i, (w, centers) in enumerate(plan.batches, 1):
+                frac = (epoch + (a + (z - a) * i / n) / len(ids)) / cfg.epochs
                 if cfg.schedule == "linear":  # word2vec: decay linearly with words processed
-                    lr = max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac)
-                step += 1
-                logging = step % cfg.log_every == 0
-                if cfg.fused:
-                    loss = fused_sgd_step(model, inputs, targets, lr, offsets, with_loss=logging)
-                else:
-                    for group in opt.param_groups:
-                        group["lr"] = lr
-                    opt.zero_grad(set_to_none=True)
-                    loss = model(inputs, targets, offsets)
-                    loss.backward()
-                    opt.step()
-                examples += len(targets)
-                if logging:  # the loss of every log_every-th batch, per example
-                    losses.append(float(loss.detach()) / len(targets))
+                    lr.fill_(max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac))
+                step(tokens, sentence, centers.to(device), w)
+                steps += 1
+                if steps % cfg.log_every == 0:  # mean loss per pair since the last log
+                    now = acc.tolist()
+                    losses.append((now[0] - last[0]) / max(now[1] - last[1], 1.0))
+                    last = now
                     if log:
-                        log({"loss": losses[-1], "lr": lr, "epoch": frac * cfg.epochs}, step)
+                        log({"loss": losses[-1], "lr": float(lr), "epoch": frac * cfg.epochs}, steps)
                 if bar is not None:
-                    words = int(chunk_raw * end / batches.n) - done
+                    words = int(chunk_raw * i / n) - done
                     bar.update(words)
                     done += words
     if device.type == "cuda":
@@ -210,9 +224,10 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if bar is not None:
         bar.close()
+    pairs = float(acc[1])
     stats = {"train_seconds": seconds, "words_per_s": total / seconds, "train_cpu_s": cpu,
-             "words_per_cpu_s": total / cpu, "steps": step,
-             "examples": examples, "examples_per_s": examples / seconds,
+             "words_per_cpu_s": total / cpu, "compile_s": compile_s, "steps": steps,
+             "examples": pairs, "examples_per_s": pairs / seconds,
              "loss_first": losses[0] if losses else float("nan"),
              "loss_final": losses[-1] if losses else float("nan")}
     return model.inp.detach().cpu().numpy().astype(np.float32), stats
