@@ -38,13 +38,20 @@ def native_matmul(dtype: str, device: str = "cpu", n: int = 256) -> tuple[bool, 
     """(fast, dtype FLOP/s, float32 FLOP/s) of a small probe matmul: does this device multiply
     `dtype` natively? A CPU without AVX512-BF16/AMX runs bf16 matmuls through a scalar fallback
     ~100x slower than fp32 (measured: 1.3 vs 170 GFLOP/s on an AVX2-only EPYC), which would turn
-    a bf16 cell into hours. The probe only decides whether to run; the MFU denominator is still
-    `matmul_peak_flops` at full size."""
-    low = matmul_peak_flops(dtype, device, n, repeats=2)
-    if dtype == "float32":
-        return True, low, low
-    fp32 = matmul_peak_flops("float32", device, n, repeats=2)
-    return low >= fp32, low, fp32
+    a bf16 cell into hours. "Native" = at least half the fp32 rate: the gap is two orders of
+    magnitude either way. One thread: a small multi-threaded matmul on a loaded machine waits
+    for its descheduled peer thread (measured 2 GFLOP/s fp32 at 256³), one thread does not.
+    The probe only decides whether to run; the MFU denominator is `matmul_peak_flops`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        low = matmul_peak_flops(dtype, device, n, repeats=5)
+        fp32 = low if dtype == "float32" else matmul_peak_flops("float32", device, n, repeats=5)
+    finally:
+        torch.set_num_threads(threads)
+    return low >= 0.5 * fp32, low, fp32
 
 
 def gpt_flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int) -> float:
