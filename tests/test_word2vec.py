@@ -11,7 +11,7 @@ from steps.config import ConfigError, validate_config
 from steps.w2v.evaluate import keyed_vectors, save_word2vec_text
 from steps.w2v.model import SGNS, pair_weights, targets_of
 from steps.w2v.text import sentences, tokenize
-from steps.w2v.train import TrainConfig, make_sgd_step, train
+from steps.w2v.train import NegativePool, TrainConfig, make_sgd_step, train
 from steps.w2v.vocab import Vocab
 from steps.w2v.windows import gather_windows, plan_epoch, subsample
 
@@ -59,8 +59,10 @@ def test_negative_table_matches_unigram_power():
     freq = np.bincount(table, minlength=len(v)) / len(table)
     p = v.counts ** 0.75 / (v.counts ** 0.75).sum()
     np.testing.assert_allclose(freq, p, atol=1.0 / size)
-    # draws from the table follow the same law (chi-square-ish bound on the top words)
-    draws = table[np.random.default_rng(0).integers(0, len(table), 500_000)]
+    # the trainer's draws (blocks of the table, handed out as views) follow the same law
+    # (chi-square-ish bound on the top words)
+    pool = NegativePool(table, np.random.default_rng(0), "cpu", block=300_000)
+    draws = torch.cat([pool.take((1000, 2, 5)).flatten() for _ in range(50)]).numpy()
     emp = np.bincount(draws, minlength=len(v))[:10] / 500_000
     assert np.all(np.abs(emp - p[:10]) < 5 * np.sqrt(p[:10] / 500_000))
 
