@@ -34,7 +34,7 @@ class TrainConfig:
     lr: float = 0.025
     min_lr: float = 1e-4
     schedule: str = "linear"       # linear (word2vec's decay to min_lr) | constant
-    batch_size: int = 256          # windows (center words) per step
+    batch_size: int = 512          # windows (center words) per step
     shared_negatives: bool = True  # one set of K negatives per window (False: per pair)
     fused: bool = True             # hand-written SGD step (only with optimizer sgd)
     compile: bool = True           # torch.compile the fused step
