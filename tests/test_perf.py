@@ -31,7 +31,7 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
     cfg = load_config(DEFAULT)
     names = cells(cfg, "perf")
     assert names[0] == "baseline" and len(names) == len(set(names)) >= 15
-    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch4", "batch16", "batch24", "attn_manual",
+    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch4", "batch16", "attn_manual",
             "adamw_default", "adamw_foreach", "checkpoint", "grad_accum4", "accelerate",
             "fused_softmax", "fused_layernorm", "fused_triton"} <= set(names)
     base = cell_config(cfg, "perf", "baseline")["params"]
