@@ -151,7 +151,8 @@ def test_hand_written_sgd_step_equals_autograd_sgd(arch, shared):
 
 @pytest.mark.slow
 def test_compiled_sgd_step_equals_eager():
-    """torch.compile's fused loops vs the eager ops, same batch: 1e-6 absolute."""
+    """torch.compile's fused loops vs the eager ops (bmm), same batches: parameters to 1e-6
+    absolute, the float32 loss sums to 1e-5 relative."""
     models = [SGNS(50, 16) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())
     accs = [torch.zeros(2, dtype=torch.float64) for _ in range(2)]
@@ -159,7 +160,7 @@ def test_compiled_sgd_step_equals_eager():
     for m, acc, compiled in zip(models, accs, (False, True)):
         for _ in range(3):
             make_sgd_step(compiled)(m.inp.data, m.out.data, *case, torch.tensor(0.1), False, acc)
-    torch.testing.assert_close(accs[1], accs[0])
+    torch.testing.assert_close(accs[1], accs[0], rtol=1e-5, atol=1e-6)  # float32 loss sums
     torch.testing.assert_close(models[1].inp, models[0].inp, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(models[1].out, models[0].out, atol=1e-6, rtol=1e-5)
 
