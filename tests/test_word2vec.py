@@ -71,12 +71,10 @@ def plan_windows(sid, window, batch, seed=0):
     """All windows of one epoch without subsampling; token id = position, so a context id minus
     its center id is the offset. Returns (offsets, same-sentence flags, plan) of valid slots."""
     n = len(sid)
-    plan = plan_epoch(np.arange(n), sid, np.ones(n), window, batch, n + 1,
-                      np.random.default_rng(seed))
+    plan = plan_epoch(np.arange(n), sid, np.ones(n), window, batch, np.random.default_rng(seed))
     offs, same = [], []
-    for w, centers in plan.batches:
-        ctx, mask, center = gather_windows(plan.tokens, plan.sentence, centers, w)
-        assert ctx.shape == (batch, 2 * w)
+    for ctx, mask, center in plan.batches:
+        assert ctx.shape[0] == batch and ctx.shape[1] in range(2, 2 * window + 1, 2)
         offs.append((ctx - center[:, None])[mask])
         same.append((torch.from_numpy(sid)[ctx] == torch.from_numpy(sid)[center][:, None])[mask])
     return torch.cat(offs).numpy(), torch.cat(same).numpy(), plan
@@ -94,10 +92,13 @@ def test_dynamic_window_weights_and_sentence_bounds():
     counts = np.bincount(dist, minlength=W + 1)[1:]
     per_slot = counts / np.array([(30 - d) * 2 * (n // 30) for d in range(1, W + 1)])
     np.testing.assert_allclose(per_slot, [(W - d + 1) / W for d in range(1, W + 1)], atol=0.01)
-    # every token is a center exactly once; batches are padded with the empty window at n
-    centers = torch.cat([c for _, c in plan.batches]).numpy()
-    np.testing.assert_array_equal(np.sort(centers[centers < n]), np.arange(n))
-    assert (centers == n).sum() < 64 * W
+    # every token is a center exactly once (id = position); padding windows are empty
+    centers = torch.cat([c for _, _, c in plan.batches]).numpy()
+    empty = torch.cat([~m.any(1) for _, m, _ in plan.batches]).numpy()
+    np.testing.assert_array_equal(np.sort(centers[~empty]), np.arange(n))
+    assert empty.sum() < 64 * W
+    first = [int(c[0]) for _, _, c in plan.batches]
+    assert first == sorted(first)  # batches in text order
 
 
 def test_window_edges_and_padding():
@@ -110,15 +111,15 @@ def test_window_edges_and_padding():
 
 
 def window_case(V=50, n=40, B=12, w=3, K=4, rows=1, seed=0):
-    """A random batch of windows: token array with sentences, centers, negatives (some equal
-    to their center, which must get zero weight)."""
+    """A random batch of windows (contexts, mask, centers) from a token array with sentences,
+    and negatives (one equal to its center, which must get zero weight)."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.cat([torch.randint(V, (n,), generator=g), torch.zeros(1, dtype=torch.long)])
     sentence = torch.cat([torch.arange(n) // 7, torch.tensor([-1])])
     centers = torch.cat([torch.tensor([5]), torch.randint(n, (B - 2,), generator=g), torch.tensor([n])])
     negatives = torch.randint(V, (B, rows, K), generator=g)
     negatives[0, 0, 0] = tokens[centers[0]]
-    return tokens, sentence, centers, w, negatives
+    return (*gather_windows(tokens, sentence, centers, w), negatives)
 
 
 @pytest.mark.parametrize("arch,shared", [("skipgram", True), ("skipgram", False), ("cbow", True)])
@@ -131,8 +132,7 @@ def test_hand_written_sgd_step_equals_autograd_sgd(arch, shared):
     torch.nn.init.normal_(a.out, std=0.3)
     b = SGNS(V, d)
     b.load_state_dict(a.state_dict())
-    tokens, sentence, centers, w, negatives = window_case(rows=1 if shared or cbow else 6)
-    ctx, mask, center = gather_windows(tokens, sentence, centers, w)
+    ctx, mask, center, negatives = window_case(rows=1 if shared or cbow else 6)
     targets = targets_of(center, negatives)
     assert mask[0, 0] and pair_weights(mask, targets)[0, 0, 1] == 0  # drew the center: skipped
     opt = torch.optim.SGD(a.parameters(), lr=lr)
@@ -141,7 +141,7 @@ def test_hand_written_sgd_step_equals_autograd_sgd(arch, shared):
     assert a.inp.grad.is_sparse and a.out.grad.is_sparse
     opt.step()
     acc = torch.zeros(2, dtype=torch.float64)
-    make_sgd_step(compile_=False)(b.inp.data, b.out.data, tokens, sentence, centers, w, negatives,
+    make_sgd_step(compile_=False)(b.inp.data, b.out.data, ctx, mask, center, negatives,
                                   torch.tensor(lr), cbow, acc)
     torch.testing.assert_close(acc[0].float(), loss_a.detach())
     assert acc[1] == (mask.any(1) if cbow else mask).sum()

@@ -17,7 +17,7 @@ import torch
 from steps.config import ConfigError
 from steps.w2v.model import SGNS, pair_weights, pool, scores, sgns_loss, targets_of
 from steps.w2v.vocab import Vocab
-from steps.w2v.windows import gather_windows, plan_epoch
+from steps.w2v.windows import plan_epoch
 
 OPTIMIZERS = ("sgd", "sparseadam", "adagrad")
 
@@ -76,7 +76,7 @@ def make_optimizer(model: SGNS, cfg: TrainConfig):
     return torch.optim.Adagrad(params, lr=cfg.lr)
 
 
-def sgd_step(inp, out, tokens, sentence, centers, w: int, negatives, lr, cbow: bool, acc):
+def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     """One SGD step on a batch of windows without autograd; adds (loss, pairs) of the batch,
     before the step, to `acc` (a tensor: no host sync per step).
 
@@ -84,7 +84,6 @@ def sgd_step(inp, out, tokens, sentence, centers, w: int, negatives, lr, cbow: b
     v += g h and h += Σ g v (both from the old values, as word2vec.c), scattered with
     index_add_. Pure tensor ops, so torch.compile turns it into one loop nest per window size
     (gather, dot products, sigmoid, scatter) with no (B, 2w, 1 + K, d) temporaries."""
-    ctx, mask, center = gather_windows(tokens, sentence, centers, w)
     targets = targets_of(center, negatives)
     h = inp[ctx]
     share = None
@@ -162,7 +161,6 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     keep = vocab.keep_prob(cfg.sample)
     negative_pool = NegativePool(vocab.negative_table(cfg.table_size), rng, device)
     bounds = chunk_bounds(sid, cfg.chunk_words)
-    capacity = max(z - a for a, z in bounds) + 1
     cbow = cfg.arch == "cbow"
     step_fn = opt = None
     if cfg.fused:
@@ -172,18 +170,15 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     lr = torch.tensor(cfg.lr, device=device)
     acc = torch.zeros(2, device=device, dtype=torch.float64)
 
-    def rows(w):  # target rows per window: shared negatives (or CBOW's one input) vs per pair
-        return 1 if cbow or cfg.shared_negatives else 2 * w
+    def rows(width):  # target rows per window: shared (or CBOW's one input) vs per pair
+        return 1 if cbow or cfg.shared_negatives else width
 
-    def step(tokens, sentence, centers, w):
-        negs = negative_pool.take((len(centers), rows(w), cfg.negative))
+    def step(ctx, mask, center):
+        negs = negative_pool.take((len(center), rows(ctx.shape[1]), cfg.negative))
         if step_fn is not None:
-            return step_fn(model.inp.data, model.out.data, tokens, sentence, centers, w,
-                           negs, lr, cbow, acc)
+            return step_fn(model.inp.data, model.out.data, ctx, mask, center, negs, lr, cbow, acc)
         for group in opt.param_groups:
             group["lr"] = float(lr)
-        with torch.no_grad():
-            ctx, mask, center = gather_windows(tokens, sentence, centers, w)
         targets = targets_of(center, negs)
         opt.zero_grad(set_to_none=True)
         loss = model(ctx, mask, targets, cbow)
@@ -194,14 +189,14 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
 
     t0 = time.perf_counter()
     if step_fn is not None and cfg.compile:  # warm-up: each window size on empty windows (no-op)
-        tokens = torch.zeros(capacity, dtype=torch.int64, device=device)
-        centers = torch.full((cfg.batch_size,), capacity - 1, dtype=torch.int64, device=device)
+        center = torch.zeros(cfg.batch_size, dtype=torch.int64, device=device)
         for w in range(1, cfg.window + 1):
-            negatives = torch.zeros(cfg.batch_size, rows(w), cfg.negative, dtype=torch.int64,
+            ctx = torch.zeros(cfg.batch_size, 2 * w, dtype=torch.int64, device=device)
+            negatives = torch.zeros(cfg.batch_size, rows(2 * w), cfg.negative, dtype=torch.int64,
                                     device=device)
             try:
-                step_fn(model.inp.data, model.out.data, tokens, tokens - 1, centers, w, negatives,
-                        lr, cbow, acc)
+                step_fn(model.inp.data, model.out.data, ctx, ctx > 0, center, negatives, lr, cbow,
+                        acc)
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
                 raise ConfigError(f"word2vec: torch.compile of the SGD step failed "
                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
@@ -215,14 +210,13 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     t0, cpu0 = time.perf_counter(), time.process_time()
     for epoch in range(cfg.epochs):
         for a, z in bounds:
-            plan = plan_epoch(ids[a:z], sid[a:z], keep, cfg.window, cfg.batch_size, capacity, rng)
-            tokens, sentence = plan.tokens.to(device), plan.sentence.to(device)
+            plan = plan_epoch(ids[a:z], sid[a:z], keep, cfg.window, cfg.batch_size, rng, device)
             chunk_raw, done, n = raw_words * (z - a) / len(ids), 0, len(plan.batches)
-            for i, (w, centers) in enumerate(plan.batches, 1):
+            for i, batch in enumerate(plan.batches, 1):
                 frac = (epoch + (a + (z - a) * i / n) / len(ids)) / cfg.epochs
                 if cfg.schedule == "linear":  # word2vec: decay linearly with words processed
                     lr.fill_(max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac))
-                step(tokens, sentence, centers.to(device), w)
+                step(*batch)
                 steps += 1
                 if steps % cfg.log_every == 0:  # mean loss per pair since the last log
                     now = acc.tolist()
