@@ -85,3 +85,20 @@ def test_gpt_train_stage_and_chat(tmp_path, gpt_data_dir):
 def test_gpt_train_missing_data_is_clear(tmp_path):
     proc = run_stage(tmp_path, "gpt_train", stage_params("gpt_train", **TINY_TRAIN), check=False)
     assert proc.returncode != 0 and "results/data/corpus does not exist" in proc.stderr
+
+
+def test_bench_skips_dtypes_without_native_matmul(monkeypatch):
+    """bf16 on a CPU without AVX512-BF16/AMX: the benchmark names the reason instead of running
+    for hours; fp32 always runs (the probe is stubbed: the test must not depend on the CPU)."""
+    from types import SimpleNamespace
+
+    from steps import hardware
+    from steps.gpt_train import bench_dtypes
+
+    monkeypatch.setattr(hardware, "native_matmul",
+                        lambda dt, device: (dt == "float32", 1.3e9 if dt != "float32" else 170e9, 170e9))
+    ctx = SimpleNamespace(params={"bench": {"enabled": True, "dtypes": ["float32", "bfloat16"]}}, info={})
+    assert bench_dtypes(ctx, torch.device("cpu")) == ["float32"]
+    assert "no native bfloat16 matmul" in ctx.info["bench_skipped"]["bfloat16"]
+    ctx.params["bench"]["enabled"] = False
+    assert bench_dtypes(ctx, torch.device("cpu")) == []
