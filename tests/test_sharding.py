@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +106,16 @@ def test_a_dead_or_hung_rank_fails_fast(tmp_path, mode):
     with pytest.raises(LaunchError, match="exit code|timed out"):
         launch(p, tmp_path)
     assert time.time() - t0 < timeout + 10
+    # no rank outlives the failed launch (torchrun gives each rank a session of its own)
+    time.sleep(0.5)
+    alive = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(tmp_path).encode() in (proc_dir / "cmdline").read_bytes():
+                alive.append(proc_dir.name)
+        except OSError:
+            pass
+    assert not alive, f"ranks left running: {alive}"
 
 
 @pytest.mark.slow

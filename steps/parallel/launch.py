@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from steps.parallel.plan import Plan
@@ -45,7 +46,9 @@ def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict |
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.json"):
         old.unlink()
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    tag = uuid.uuid4().hex  # marks every process of this launch, whatever its session
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", **(env_extra or {}),
+           "N00BGPT_LAUNCH": tag}
     log = out / "processes.log"
     t0 = time.time()
     with open(log, "w") as fh:
@@ -55,11 +58,25 @@ def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict |
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            kill_tagged(tag)
             raise LaunchError(f"timed out after {timeout_s:.0f} s (a rank hung); killed the group; log {log}")
     if rc != 0:
+        kill_tagged(tag)  # a surviving rank would wait in a collective until gloo's timeout
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise LaunchError(f"exit code {rc} after {time.time() - t0:.1f} s (a rank failed); log {log}:\n{tail}")
     return time.time() - t0
+
+
+def kill_tagged(tag: str) -> None:
+    """SIGKILL every process launched with this tag: torchrun starts each rank in a session of its
+    own, so killing torchrun's group leaves ranks orphaned (hung in a collective)."""
+    needle = f"N00BGPT_LAUNCH={tag}".encode()
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (proc_dir / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc_dir.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # gone already, or not ours to read
 
 
 def collect(out: Path, world: int) -> list[dict]:
