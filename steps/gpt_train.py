@@ -83,19 +83,18 @@ def bench_dtypes(ctx, device) -> list[str]:
     """The benchmark's dtypes this device multiplies natively; the others are named in
     info["bench_skipped"] (a CPU without AVX512-BF16/AMX runs bf16 matmuls ~100x slower than
     fp32: hours for a number that says nothing about either model)."""
-    from steps.hardware import native_matmul
+    from steps.hardware import slow_matmul_reason
 
     b = ctx.params["bench"]
     if not b["enabled"]:
         return []
     keep = []
     for dt in b["dtypes"]:
-        fast, low, fp32 = native_matmul(dt, device.type) if device.type == "cpu" else (True, 0, 0)
-        if fast:
-            keep.append(dt)
+        reason = slow_matmul_reason(dt, device.type)
+        if reason:
+            ctx.info.setdefault("bench_skipped", {})[dt] = reason
         else:
-            ctx.info.setdefault("bench_skipped", {})[dt] = (
-                f"no native {dt} matmul on this CPU (probe {low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+            keep.append(dt)
     return keep
 
 

@@ -54,6 +54,16 @@ def native_matmul(dtype: str, device: str = "cpu", n: int = 256) -> tuple[bool, 
     return low >= 0.5 * fp32, low, fp32
 
 
+def slow_matmul_reason(dtype: str, device: str = "cpu") -> str | None:
+    """Why `dtype` is not worth timing on this device (None when its matmul is native): the one
+    wording the perf cells' and gpt_train bench's skips share."""
+    if device != "cpu":
+        return None
+    fast, low, fp32 = native_matmul(dtype, device)
+    return None if fast else (f"no native {dtype} matmul on this CPU "
+                              f"(probe {low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+
+
 def gpt_flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int) -> float:
     """Training FLOPs per token, 6N + 12·L·d·T (PaLM appendix B; nanoGPT's estimate_mfu)."""
     return 6 * n_params_non_embedding + 12 * n_layer * d_model * seq_len

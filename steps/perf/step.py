@@ -39,14 +39,13 @@ def check_native_amp(p: dict, device: torch.device) -> None:
     """SkipCell for an AMP cell whose dtype this CPU has no fast matmul for (no AVX512-BF16/AMX:
     bf16 matmuls run ~100x slower than fp32, an hours-long cell that says nothing about AMP).
     Decided by a small probe matmul (hardware.native_matmul); `skip_slow_amp: false` runs it."""
-    from steps.hardware import native_matmul
+    from steps.hardware import slow_matmul_reason
 
-    if device.type != "cpu" or p["amp"] == "none" or not p["skip_slow_amp"]:
+    if p["amp"] == "none" or not p["skip_slow_amp"]:
         return
-    fast, low, fp32 = native_matmul(peak_dtype(p), device.type)
-    if not fast:
-        raise SkipCell(f"skipped: no native {peak_dtype(p)} matmul on this CPU (probe "
-                       f"{low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+    reason = slow_matmul_reason(peak_dtype(p), device.type)
+    if reason:
+        raise SkipCell(f"skipped: {reason}")
 
 
 def peak_dtype(p: dict) -> str:
