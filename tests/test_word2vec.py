@@ -4,6 +4,7 @@ a toy corpus whose structure is known, the export round trip through gensim, and
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -356,12 +357,12 @@ def test_stage_runs_tracked_and_deterministic(tmp_path):
 
     letters = "abcdef"  # the tokenizer keeps letters only: a0 -> aa, b5 -> bf
     text = [" ".join(w[0] + letters[int(w[1])] for w in s) for s in toy_corpus(300)]
-    text += ["the king and the queen and a man"] * 20
+    text += ["the king and the queen and a man and a woman"] * 20  # one analogy question: finite
     DatasetDict(train=Dataset.from_dict({"text": text}),
                 validation=Dataset.from_dict({"text": text[:5]})).save_to_disk(tmp_path / "corpus")
     cfg = validate_config({"word2vec": {"corpus": str(tmp_path / "corpus"), "epochs": 1,
                                         "min_count": 2, "dim": 16}})
-    params = cell_config(cfg, "word2vec", "sgd")["params"]
+    params = {**cell_config(cfg, "word2vec", "sgd")["params"], "seeds": 2}
     records = []
     for run in ("a", "b", "c"):
         (tmp_path / run).mkdir()
@@ -374,6 +375,12 @@ def test_stage_runs_tracked_and_deterministic(tmp_path):
         assert (out / "pca_groups.png").exists() and (out / "king_man_woman.csv").exists()
     a, b = (r["metrics"] for r in records)
     assert records[0]["status"] == "ok" and records[0]["run_id"]
+    # seeds: 2 -> scores are the mean of two differently seeded trainings, shown with their sd
+    seeds = pd.read_csv(tmp_path / "a" / "results" / "word2vec" / "sgd" / "seeds.csv")
+    assert a["seeds"] == 2 and seeds["seed"].tolist() == [1234, 1235]
+    assert a["analogy_acc"] == pytest.approx(seeds["analogy_acc"].mean())
+    assert a["words_per_s"] == pytest.approx(seeds["words_per_s"].median())
+    assert records[0]["info"]["analogy_acc_spread"] == f"{a['analogy_acc']:.3f} ± {a['analogy_acc_sd']:.3f}"
     timing = ("seconds", "_per_s", "_s", "cpu")
     assert {k: v for k, v in a.items() if not k.endswith(timing)} == \
            {k: v for k, v in b.items() if not k.endswith(timing)}
