@@ -179,3 +179,10 @@ def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
     assert "validation_map3" in rec["metrics"] and rec["info"]["mode"] == "zero-shot"
     sub = pd.read_csv(out / "submission.csv", dtype=str)
     assert sub["id"].tolist() == [str(100 + i) for i in range(7)]
+    # with answers in test.csv a zero-shot cell scores test and skips the (redundant) validation pass
+    pd.DataFrame(rows[:7]).to_csv(kaggle / "test.csv", index=False)
+    (tmp_path / "scored").mkdir()
+    run_stage(tmp_path / "scored", "mcq_finetune", smoke_params(data=str(kaggle), train=False, use_context=False),
+              cell="zero_shot_no_context", common={"tracking": {"uri": None}})
+    rec = json.loads((tmp_path / "scored/results/mcq_finetune/zero_shot_no_context/metrics.json").read_text())
+    assert "test_map3" in rec["metrics"] and "validation_map3" not in rec["metrics"]

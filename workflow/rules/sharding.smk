@@ -1,10 +1,11 @@
 # Sharding matrix: one job per parallelism plan; each job launches its own ranks (torchrun or
-# N JAX host devices) and owns the cell's single MLflow run. World-size-2 cells use both cores.
+# N JAX host devices) and owns the cell's single MLflow run. `job_threads` (default 1) is what the
+# scheduler reserves: ranks mostly import libraries, so two cells can share 2 cores.
 
 rule sharding:
     output: metrics="results/sharding/{cell}/metrics.json"
     params: cfg=job_config(register("sharding"))
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
-    threads: 2
+    threads: lambda wildcards: cell_config(config, "sharding", wildcards.cell)["params"]["job_threads"] or config["threads"]
     shell: STAGE_SHELL
