@@ -20,9 +20,7 @@ REPORT_COLUMNS = {
     "analogy n": "metrics.analogy_n",
     "WS353": "metrics.ws353_spearman",
     "SimLex": "metrics.simlex_spearman",
-    "analogy ± sd": "info.analogy_acc_spread",
-    "WS353 ± sd": "info.ws353_spearman_spread",
-    "SimLex ± sd": "info.simlex_spearman_spread",
+    "sd over seeds": "info.seed_sd",
     "king−man+woman top-5": "info.king_man_woman_top5",
 }
 # one job cannot know another's speed or scores: the report compares with the gensim row
@@ -34,8 +32,39 @@ REPORT_DERIVED = {"ratio to gensim": ("ratio", "words/s", "gensim"),
 # one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more than
 # the 1-point margin the comparison with gensim is judged by.
 QUALITY = ("analogy_acc", "ws353_spearman", "simlex_spearman")
+REPORT_KEYS = {"analogy_acc": "analogy acc", "ws353_spearman": "WS353", "simlex_spearman": "SimLex"}
 REPORT_HEADLINE = ("best Google-analogy accuracy", "analogy acc", "max")
 REPORT_CURVES = ["loss"]
+
+
+def report_figures(table, out_dir):
+    """Each seed's score per cell (dots) and the mean (bar): is a gap to gensim more than the
+    seed-to-seed spread?"""
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    trained = table[(table["status"] == "ok") & table["backend"].isin(["torch", "gensim"])]
+    if trained.empty:
+        return []
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, key, title in zip(axes, QUALITY, ("Google analogy accuracy", "WS353 Spearman", "SimLex Spearman")):
+        for x, (cell, row) in enumerate(trained.set_index("cell").iterrows()):
+            seeds = paths.stage_dir("word2vec", cell) / "seeds.csv"
+            values = pd.read_csv(seeds)[key] if seeds.exists() else pd.Series([row[REPORT_KEYS[key]]])
+            ax.bar(x, values.mean(), color="tab:orange" if row["backend"] == "gensim" else "tab:blue", alpha=0.4)
+            ax.scatter([x] * len(values), values, color="k", s=10, zorder=3)
+        ax.set_xticks(range(len(trained)), trained["cell"], rotation=30, ha="right")
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("word2vec: score per seed (dots) and mean (bar); gensim in orange")
+    fig.tight_layout()
+    path = Path(out_dir) / "word2vec_seeds.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return [path]
 
 
 def load_sentences(p: dict) -> tuple[list[list[str]], int]:
@@ -102,12 +131,13 @@ def train_vectors(ctx: StageRun, p: dict, seed: int) -> tuple[list[str], "object
 def over_seeds(ctx: StageRun, p: dict, first: dict) -> dict:
     """Train and score seeds seed+1 .. seed+seeds-1 as well; scores become means over all
     seeds (each also logged per seed, step = seed index), words/s their median, and the
-    spread is shown as 'mean ± sd'."""
-    import numpy as np
+    sample sd of each score is reported beside them."""
     import pandas as pd
 
     from steps.w2v.evaluate import evaluate, keyed_vectors
 
+    if p["seeds"] == 1:
+        return {"seeds": 1}
     rows = [{"seed": ctx.seed, "words_per_s": first["words_per_s"], **{k: first[k] for k in QUALITY}}]
     for i in range(1, p["seeds"]):
         words, vectors, m = train_vectors(ctx, p, ctx.seed + i)
@@ -120,9 +150,9 @@ def over_seeds(ctx: StageRun, p: dict, first: dict) -> dict:
     out = {"seeds": len(rows), "words_per_s": float(table["words_per_s"].median()),
            "first_seed_words_per_s": first["words_per_s"]}
     for k in QUALITY:
-        mean, sd = float(table[k].mean()), float(table[k].std(ddof=1)) if len(rows) > 1 else 0.0
-        out |= {k: mean, f"first_seed_{k}": first[k], f"{k}_sd": sd}
-        ctx.info[f"{k}_spread"] = f"{mean:.3f} ± {sd:.3f}" if np.isfinite(mean) else "n/a"
+        out |= {k: float(table[k].mean()), f"first_seed_{k}": first[k], f"{k}_sd": float(table[k].std())}
+    ctx.info["seed_sd"] = ", ".join(f"{name} {out[f'{k}_sd']:.3f}" for name, k in
+                                    zip(("analogy", "WS353", "SimLex"), QUALITY))
     return out
 
 

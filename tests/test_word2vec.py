@@ -344,7 +344,7 @@ def test_vectorised_analogies_match_gensim():
 
 
 @pytest.mark.slow
-def test_stage_runs_tracked_and_deterministic(tmp_path):
+def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     """The real stage (subprocess, real MLflow in tmp): same config + seed -> same vectors and
     scores; vectors.txt loads in gensim; a missing corpus is one clear InputError line."""
     import json
@@ -380,7 +380,14 @@ def test_stage_runs_tracked_and_deterministic(tmp_path):
     assert a["seeds"] == 2 and seeds["seed"].tolist() == [1234, 1235]
     assert a["analogy_acc"] == pytest.approx(seeds["analogy_acc"].mean())
     assert a["words_per_s"] == pytest.approx(seeds["words_per_s"].median())
-    assert records[0]["info"]["analogy_acc_spread"] == f"{a['analogy_acc']:.3f} ± {a['analogy_acc_sd']:.3f}"
+    assert a["analogy_acc_sd"] == pytest.approx(seeds["analogy_acc"].std())
+    assert records[0]["info"]["seed_sd"].startswith(f"analogy {a['analogy_acc_sd']:.3f}, WS353 ")
+    monkeypatch.chdir(tmp_path / "a")  # the report's per-seed plot reads results/word2vec/<cell>/seeds.csv
+    from steps.word2vec import report_figures
+    table = pd.DataFrame({"cell": ["sgd", "gensim"], "status": ["ok", "ok"], "backend": ["torch", "gensim"],
+                          "analogy acc": [a["analogy_acc"], 0.5], "WS353": [None, 0.1], "SimLex": [None, 0.1]})
+    [png] = report_figures(table, tmp_path)
+    assert png.name == "word2vec_seeds.png" and png.stat().st_size > 0
     timing = ("seconds", "_per_s", "_s", "cpu")
     assert {k: v for k, v in a.items() if not k.endswith(timing)} == \
            {k: v for k, v in b.items() if not k.endswith(timing)}
