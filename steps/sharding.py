@@ -129,6 +129,9 @@ def run(ctx) -> dict:
                     dtype=plan.dtype,
                     parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
                     notes=notes(plan, m, ranks[0]), worst_param=ranks[0].get("dparam_where", ""))
+    cores = params.get("job_threads") or ctx.threads
+    if cores and cores < plan.world:  # the scheduler may run another cell beside this one
+        ctx.info["notes"] += f"; {plan.world} ranks on {cores} reserved core(s): tokens/s not timing-grade"
     return m
 
 

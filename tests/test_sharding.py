@@ -130,6 +130,7 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
                    check=True, cwd=tmp_path, timeout=180, env=env)
     rec = json.loads((out / "metrics.json").read_text())
     assert rec["status"] == "ok" and rec["metrics"]["parity_ok"] == 1.0
+    assert rec["info"]["notes"].endswith("2 ranks on 1 reserved core(s): tokens/s not timing-grade")
     import mlflow
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("n00bgpt/sharding")
