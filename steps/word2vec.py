@@ -7,6 +7,7 @@ backend pretrained-> a pretrained LM's input embeddings (single-token words only
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from steps import paths
 from steps.tracking.run import InputError, StageRun, stage_main
@@ -32,7 +33,7 @@ REPORT_DERIVED = {"ratio to gensim": ("ratio", "words/s", "gensim"),
 # one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more than
 # the 1-point margin the comparison with gensim is judged by.
 QUALITY = ("analogy_acc", "ws353_spearman", "simlex_spearman")
-REPORT_KEYS = {"analogy_acc": "analogy acc", "ws353_spearman": "WS353", "simlex_spearman": "SimLex"}
+REPORT_KEYS = {ref.partition(".")[2]: title for title, ref in REPORT_COLUMNS.items()}  # metric -> column
 REPORT_HEADLINE = ("best Google-analogy accuracy", "analogy acc", "max")
 REPORT_CURVES = ["loss"]
 
@@ -97,38 +98,60 @@ def load_sentences(p: dict) -> tuple[list[list[str]], int]:
     return sents, words
 
 
-def train_vectors(ctx: StageRun, p: dict, seed: int) -> tuple[list[str], "object", dict]:
-    """Train (torch or gensim) on the corpus; returns (words, vectors, metrics)."""
+@dataclass
+class Corpus:
+    """The tokens every seed of a cell trains on, read and encoded once per job."""
+    sentences: list[list[str]]
+    vocab: "object"
+    ids: "object"
+    sid: "object"
+    metrics: dict
+
+
+def encode_corpus(ctx: StageRun, p: dict) -> Corpus:
+    """A bad config, or a CUDA cell without CUDA (SkipCell), stops before the corpus is read."""
+    from steps.w2v.train import TrainConfig
+    from steps.w2v.vocab import Vocab
+
+    TrainConfig.from_params(p)
+    if p["backend"] == "torch":
+        ctx.device  # noqa: B018 - the property raises SkipCell
+    sents, raw = load_sentences(p)
+    t0 = time.perf_counter()
+    vocab = Vocab.build(sents, p["min_count"])
+    ids, sid = vocab.encode(sents)
+    return Corpus(sents, vocab, ids, sid, {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0})
+
+
+def train_vectors(ctx: StageRun, p: dict, corpus: Corpus, seed: int) -> tuple[list[str], "object", dict]:
+    """Train (torch or gensim) on the corpus; returns (words, vectors, metrics). Only the job's
+    own seed logs its loss curve (it is the seed whose vectors are exported)."""
     import torch
 
     from steps.w2v.baseline import train_gensim
     from steps.w2v.train import TrainConfig, train
-    from steps.w2v.vocab import Vocab
 
     cfg = TrainConfig.from_params(p, seed=seed)
     device = ctx.device if p["backend"] == "torch" else None  # SkipCell if CUDA is absent
     threads = p["threads"] or ctx.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    sents, raw = load_sentences(p)
-    t0 = time.perf_counter()
-    vocab = Vocab.build(sents, p["min_count"])
-    ids, sid = vocab.encode(sents)
-    m = {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0, "threads": threads}
+    m = {**corpus.metrics, "threads": threads}
     if p["backend"] == "gensim":
-        kv, stats = train_gensim(sents, cfg, p["min_count"], workers=threads)
+        kv, stats = train_gensim(corpus.sentences, cfg, p["min_count"], workers=threads)
         if threads > 1:  # hogwild threads race on shared rows: runs differ in the last digits
             ctx.info["determinism"] = f"gensim with {threads} workers is not bit-reproducible"
-        if set(kv.index_to_key) != set(vocab.words):
+        if set(kv.index_to_key) != set(corpus.vocab.words):
             raise RuntimeError("gensim built a different vocabulary from the same tokens")
         words, vectors = list(kv.index_to_key), kv.vectors
     else:
-        vectors, stats = train(vocab, ids, sid, raw, cfg, device=device, progress=ctx.progress,
-                               log=ctx.log_metrics)
-        words = vocab.words
+        vectors, stats = train(corpus.vocab, corpus.ids, corpus.sid, corpus.metrics["corpus_words"], cfg,
+                               device=device, progress=ctx.progress,
+                               log=ctx.log_metrics if seed == ctx.seed else None)
+        words = corpus.vocab.words
     return words, vectors, {**m, **stats}
 
 
-def over_seeds(ctx: StageRun, p: dict, first: dict) -> dict:
+def over_seeds(ctx: StageRun, p: dict, corpus: Corpus, first: dict) -> dict:
     """Train and score seeds seed+1 .. seed+seeds-1 as well; scores become means over all
     seeds (each also logged per seed, step = seed index), words/s their median, and the
     sample sd of each score is reported beside them."""
@@ -140,7 +163,7 @@ def over_seeds(ctx: StageRun, p: dict, first: dict) -> dict:
         return {"seeds": 1}
     rows = [{"seed": ctx.seed, "words_per_s": first["words_per_s"], **{k: first[k] for k in QUALITY}}]
     for i in range(1, p["seeds"]):
-        words, vectors, m = train_vectors(ctx, p, ctx.seed + i)
+        words, vectors, m = train_vectors(ctx, p, corpus, ctx.seed + i)
         scores, _ = evaluate(keyed_vectors(words, vectors), p["restrict_vocab"], [])
         rows.append({"seed": ctx.seed + i, "words_per_s": m["words_per_s"], **{k: scores[k] for k in QUALITY}})
     for i, row in enumerate(rows):
@@ -177,14 +200,15 @@ def run(ctx: StageRun) -> dict:
             ctx.info["negatives"] = "shared per window" if p["shared_negatives"] else "per pair"
             ctx.info["timing"] = "words/s over the training loop; compile_s (one-time, cached on " \
                                  "disk by Inductor) is excluded, as gensim's build is"
-        words, vectors, metrics = train_vectors(ctx, p, ctx.seed)
+        corpus = encode_corpus(ctx, p)
+        words, vectors, metrics = train_vectors(ctx, p, corpus, ctx.seed)
     kv = keyed_vectors(words, vectors)
     t1 = time.perf_counter()
     scores, info = evaluate(kv, p["restrict_vocab"], p["probes"])
     metrics.update(scores, eval_s=time.perf_counter() - t1)
     ctx.info.update(info)
     if p["backend"] != "pretrained":  # the first seed's vectors are the ones exported and plotted
-        metrics.update(over_seeds(ctx, p, metrics))
+        metrics.update(over_seeds(ctx, p, corpus, metrics))
     import pandas as pd
 
     ctx.log_table(pd.DataFrame([(w, " ".join(n)) for w, n in info["neighbours"].items()],

@@ -362,7 +362,7 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
                 validation=Dataset.from_dict({"text": text[:5]})).save_to_disk(tmp_path / "corpus")
     cfg = validate_config({"word2vec": {"corpus": str(tmp_path / "corpus"), "epochs": 1,
                                         "min_count": 2, "dim": 16}})
-    params = {**cell_config(cfg, "word2vec", "sgd")["params"], "seeds": 2}
+    params = {**cell_config(cfg, "word2vec", "sgd")["params"], "seeds": 2, "log_every": 1}
     records = []
     for run in ("a", "b", "c"):
         (tmp_path / run).mkdir()
@@ -382,6 +382,10 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     assert a["words_per_s"] == pytest.approx(seeds["words_per_s"].median())
     assert a["analogy_acc_sd"] == pytest.approx(seeds["analogy_acc"].std())
     assert records[0]["info"]["seed_sd"].startswith(f"analogy {a['analogy_acc_sd']:.3f}, WS353 ")
+    import mlflow
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'a' / 'results' / 'mlflow.db'}")
+    loss = client.get_metric_history(records[0]["run_id"], "loss")
+    assert loss and len({h.step for h in loss}) == len(loss) == a["steps"]  # one curve: the first seed's
     monkeypatch.chdir(tmp_path / "a")  # the report's per-seed plot reads results/word2vec/<cell>/seeds.csv
     from steps.word2vec import report_figures
     table = pd.DataFrame({"cell": ["sgd", "gensim"], "status": ["ok", "ok"], "backend": ["torch", "gensim"],
