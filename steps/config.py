@@ -20,6 +20,10 @@ SCHEMA_DIR = ROOT / "workflow" / "schemas"
 CONFIG_DIR = ROOT / "configs"
 
 
+# Keys that describe a stage's matrix, not one job: never part of a cell's resolved config.
+MATRIX_KEYS = ("cells", "select", "ladder")
+
+
 class ConfigError(ValueError):
     """A config problem, phrased for the person who wrote the YAML."""
 
@@ -126,14 +130,18 @@ def validate_config(config: dict, where: str = "merged config") -> dict:
     schema = load_schema()
     cfg = coerce_numbers(copy.deepcopy(config), schema)
     _validate(cfg, schema, where, fill=True)
+    if isinstance(cfg.get("perf"), dict):
+        from steps.perf.ladder import expand_ladder  # perf.ladder -> generated cells
+
+        cfg["perf"] = expand_ladder(cfg["perf"])
     for stage, sub in schema["properties"].items():
         section = cfg.get(stage)
         if not isinstance(section, dict) or "cells" not in section:
             continue
-        plain = {k: v for k, v in sub.get("properties", {}).items() if k not in ("cells", "select")}
+        plain = {k: v for k, v in sub.get("properties", {}).items() if k not in MATRIX_KEYS}
         cell_schema = {**sub, "properties": plain, "required": []}
         for cell, over in section["cells"].items():
-            merged = deep_merge({k: v for k, v in section.items() if k not in ("cells", "select")},
+            merged = deep_merge({k: v for k, v in section.items() if k not in MATRIX_KEYS},
                                 over or {})
             _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=False)
     return cfg
@@ -169,7 +177,7 @@ def cells(config: dict, stage: str) -> list[str]:
 def cell_config(config: dict, stage: str, cell: str) -> dict:
     """The resolved config one job sees: stage section merged with its cell, plus top-level keys."""
     section = config.get(stage, {})
-    resolved = {k: v for k, v in section.items() if k not in ("cells", "select")}
+    resolved = {k: v for k, v in section.items() if k not in MATRIX_KEYS}
     if "cells" in section:
         if cell not in section["cells"]:
             raise ConfigError(f"{stage}: no cell named {cell!r}; declared: {sorted(section['cells'])}")

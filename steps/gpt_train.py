@@ -3,7 +3,7 @@ against HF GPT2LMHeadModel (same config, batch, dtype) and sample from it.
 
 Logs per-step train loss / lr / grad norm, periodic validation loss and perplexity, tokens/s and
 MFU (model FLOPs 6N + 12·L·d·T per token against the matmul peak measured here, same dtype and
-threads), a loss-curve plot, and generated samples. Writes ckpt.pt (+ tokenizer/) for
+threads, and on a GPU against its published dense peak), a loss-curve plot, and generated samples. Writes ckpt.pt (+ tokenizer/) for
 `python -m steps.chat --checkpoint results/gpt_train/<cell>/ckpt.pt`; a killed job resumes from it.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ REPORT_COLUMNS = {
     "val ppl": "metrics.val_ppl_final",
     "tokens/s": "metrics.tokens_per_s",
     "MFU": "metrics.mfu",
+    "MFU (published peak)": "metrics.mfu_published",
     "ours/HF fp32": "metrics.bench_float32_ours_over_hf",
     "ours/HF bf16": "metrics.bench_bfloat16_ours_over_hf",
     "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
@@ -30,7 +31,8 @@ REPORT_HEADLINE = ("validation loss after training", "val loss end", "min")
 REPORT_CURVES = ["train_loss", "val_loss"]
 REPORT_TABLES = ["benchmark"]
 FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min_lr_ratio",
-                    "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens")
+                    "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens", "tf32",
+                    "compile", "compile_mode", "adamw")
 
 
 def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
@@ -99,15 +101,17 @@ def bench_dtypes(ctx, device) -> list[str]:
 
 
 def run_benchmark(ctx, cfg, peaks, device) -> dict:
-    """Ours vs HF GPT-2 (same config, init, batch, dtype): training steps/s, interleaved runs."""
+    """Ours vs HF GPT-2 (same config, init, batch, dtype): steps/s of gpt_train's own training
+    step (steps.models.train_step), interleaved runs."""
     import copy
 
     import pandas as pd
     import torch
 
-    from steps.hardware import gpt_flops_per_token
+    from steps.hardware import gpt_flops_per_token, mfu
     from steps.models.gpt import GPTLMHeadModel
     from steps.models.hf_convert import to_hf
+    from steps.models.train_step import AMP_OF_DTYPE, StepOptions
     from steps.models.training import benchmark
 
     b = ctx.params["bench"]
@@ -131,18 +135,23 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
         best = {"ours": 0.0, "hf": 0.0}
         for _ in range(b["repeats"]):  # interleave so background load hits both alike
             for name, m in (("ours", ref), ("hf", hf_ref)):
-                sps = benchmark(lambda m=m: copy.deepcopy(m), batch, device, dtype, b["steps"], b["warmup"])
+                opts = StepOptions.from_params(ctx.params, amp=AMP_OF_DTYPE[dtype], grad_accum=1)
+                sps = benchmark(lambda m=m: copy.deepcopy(m), batch, device, opts, b["steps"], b["warmup"])
                 best[name] = max(best[name], sps)
         tok_s = best["ours"] * batch.numel()
         out[f"bench_{dtype}_ours_steps_s"] = best["ours"]
         out[f"bench_{dtype}_hf_steps_s"] = best["hf"]
         out[f"bench_{dtype}_ours_over_hf"] = best["ours"] / best["hf"]
         out[f"bench_{dtype}_ours_tokens_s"] = tok_s
-        out[f"bench_{dtype}_ours_mfu"] = tok_s * fpt / peaks[dtype]
+        bench_mfu = mfu(tok_s * fpt, peaks[dtype])
+        out[f"bench_{dtype}_ours_mfu"] = bench_mfu["mfu"]
+        out[f"bench_{dtype}_ours_mfu_published"] = bench_mfu["mfu_published"]
         rows.append({"dtype": dtype, "ours steps/s": best["ours"], "HF steps/s": best["hf"],
                      "ours/HF": best["ours"] / best["hf"], "ours tokens/s": tok_s,
-                     "ours % of matmul peak": 100 * tok_s * fpt / peaks[dtype],
-                     "matmul peak GFLOP/s": peaks[dtype] / 1e9})
+                     "ours % of measured matmul peak": 100 * bench_mfu["mfu"],
+                     "measured matmul peak GFLOP/s": peaks[dtype]["measured"] / 1e9,
+                     "ours % of published peak": 100 * bench_mfu["mfu_published"],
+                     "published peak": peaks[dtype]["published_name"]})
         print(f"bench {dtype}: ours {best['ours']:.2f} steps/s, HF {best['hf']:.2f} steps/s")
     ctx.log_table(pd.DataFrame(rows), "benchmark")
     return out
@@ -188,7 +197,7 @@ def run(ctx: StageRun) -> dict:
     import torch
 
     from steps.config import config_hash
-    from steps.hardware import gpt_flops_per_token, matmul_peak_flops
+    from steps.hardware import gpt_flops_per_token, mfu, peak_flops
     from steps.models.gpt import GPTLMHeadModel
     from steps.models.training import evaluate, train
 
@@ -211,7 +220,7 @@ def run(ctx: StageRun) -> dict:
     (ctx.out / "history.json").write_text(json.dumps(state.history))
     plot_curves(ctx, state.history)
 
-    peaks = {dt: matmul_peak_flops(dt, device.type)  # measured once, this run
+    peaks = {dt: peak_flops(dt, device)  # measured once, this run
              for dt in [p["dtype"], *bench_dtypes(ctx, device)]}
     fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
@@ -220,7 +229,8 @@ def run(ctx: StageRun) -> dict:
            "val_loss_final": val_final[0], "val_ppl_final": math.exp(val_final[0]),
            "val_loss_drop": val0 - val_final[0], "train_loss_final": state.history[-1]["train_loss"]
            if state.history else float("nan"), "tokens_per_s": tokens_s, "flops_per_token": fpt,
-           "mfu": tokens_s * fpt / peaks[p["dtype"]], **{f"matmul_peak_{k}": v for k, v in peaks.items()},
+           **mfu(tokens_s * fpt, peaks[p["dtype"]]),
+           **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
            "train_tokens": len(train_data.tokens), "val_tokens": len(val_data.tokens)}
     print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
     write_samples(ctx, model, tok, device)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
-from steps.models.training import TokenWindows, lr_at, make_optimizer, train
+from steps.models.train_step import StepOptions, make_optimizer
+from steps.models.training import TokenWindows, lr_at, train
 from tests.conftest import run_stage
 from tests.gpt_fixtures import TINY_TRAIN, gpt_data_dir, stage_params  # noqa: F401 - fixture
 
@@ -25,7 +26,7 @@ def test_lr_schedule():
 
 def test_weight_decay_groups():
     m = GPTLMHeadModel(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=1, n_embd=8))
-    decay, no_decay = make_optimizer(m, 1e-3, 0.1).param_groups
+    decay, no_decay = make_optimizer(m, StepOptions(lr=1e-3, weight_decay=0.1)).param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(m.parameters()))

@@ -111,10 +111,10 @@ def test_native_matmul_probe_is_a_measurement():
 
 
 def test_fused_softmax_requires_manual_attention():
-    from steps.perf.step import TrainStep
+    from steps.perf.step import build_step
 
     with pytest.raises(ValueError, match="attn: manual"):
-        TrainStep(perf_params(fused_softmax=True), torch.device("cpu"))
+        build_step(perf_params(fused_softmax=True), torch.device("cpu"))
 
 
 # ---- MFU numerator ---------------------------------------------------------------------------------------
@@ -123,34 +123,35 @@ def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     nanoGPT does (all parameters, tied wte/lm_head once, minus the position embedding wpe)."""
     from steps.hardware import gpt_flops_per_token
     from steps.perf.stage import throughput
-    from steps.perf.step import TrainStep
+    from steps.perf.step import build_step
 
     p = perf_params()
-    ts = TrainStep(p, torch.device("cpu"))
+    ts, _ = build_step(p, torch.device("cpu"))
     V, T, L, d = (TOY[k] for k in ("vocab_size", "block_size", "n_layer", "n_embd"))
     n = V * d + L * (12 * d * d + 13 * d) + 2 * d  # wte + blocks (4 attn + 2 mlp linears, 2 LNs) + ln_f
     assert ts.model.num_params() == n
     assert gpt_flops_per_token(n, L, d, T) == 6 * n + 12 * L * d * T
-    m = throughput(ts, np.array([0.5, 0.25]), peak_flops=1e9)
+    m = throughput(ts, 4 * T, np.array([0.5, 0.25]), {"measured": 1e9, "published": 4e9})
     tok_s = 4 * T / np.array([0.5, 0.25])
     assert m["flops_per_token"] == 6 * n + 12 * L * d * T
     assert m["mfu"] == pytest.approx(np.median(tok_s) * (6 * n + 12 * L * d * T) / 1e9)
+    assert m["mfu_published"] == pytest.approx(m["mfu"] / 4)
 
 
 # ---- analytic memory model vs measured tensor bytes -----------------------------------------------------
 @pytest.mark.parametrize("model", [{}, {"bias": False, "norm": "rmsnorm", "pos": "rope"}])
 def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     from steps.perf.memory import analytic_memory, param_counts, state_bytes
-    from steps.perf.step import TrainStep
+    from steps.perf.step import build_step
 
     p = perf_params(model={**TOY, **model})
-    ts = TrainStep(p, torch.device("cpu"))
-    assert sum(param_counts(ts.config).values()) == ts.model.num_params(non_embedding=False)
+    ts, _ = build_step(p, torch.device("cpu"))
+    assert sum(param_counts(ts.model.config).values()) == ts.model.num_params(non_embedding=False)
     x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
     ts.backward(ts.model(x, labels=x).loss)
     ts.update()  # AdamW creates its state lazily, in the first step
     measured = state_bytes(ts.model, ts.optimizer)
-    analytic = analytic_memory(ts.config, 4)
+    analytic = analytic_memory(ts.model.config, 4)
     assert measured["params"] == analytic["params"] and measured["grads"] == analytic["grads"]
     # optimizer: 2 fp32 states per parameter + one 4-byte `step` per parameter tensor
     n_tensors = len(list(ts.model.parameters()))
@@ -162,15 +163,15 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
                                            ("sdpa", "bf16", False), ("sdpa", "none", True)])
 def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt):
     from steps.perf.memory import SavedTensorMeter, analytic_memory
-    from steps.perf.step import TrainStep
+    from steps.perf.step import build_step
 
     p = perf_params(attn=attn, amp=amp, checkpoint_activations=ckpt)
-    ts = TrainStep(p, torch.device("cpu"))
+    ts, _ = build_step(p, torch.device("cpu"))
     x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
     meter = SavedTensorMeter(ts.model)
     with meter(), ts.autocast():
         ts.model(x, labels=x)
-    a = analytic_memory(ts.config, 4, amp, ckpt, attn)
+    a = analytic_memory(ts.model.config, 4, amp, ckpt, attn)
     expected = a["activations"] + a["autocast_weights"]
     assert abs(meter.bytes / expected - 1) < 0.02, (meter.bytes, expected)
 
@@ -187,11 +188,11 @@ def test_fused_kernels_match_unfused_ops(dtype, tol):
 
 def test_fused_model_matches_unfused_model_values_and_grads():
     from steps.perf.fused import FusedLayerNorm, fuse_model
-    from steps.perf.step import TrainStep
+    from steps.perf.step import build_step
 
     p = perf_params(attn="manual")
-    ref = TrainStep(p, torch.device("cpu")).model
-    fused = TrainStep(p, torch.device("cpu")).model
+    ref = build_step(p, torch.device("cpu"))[0].model
+    fused = build_step(p, torch.device("cpu"))[0].model
     fused.load_state_dict(ref.state_dict())
     counts = fuse_model(fused, softmax=True, layernorm=True, backend="eager")
     assert counts == {"softmax": TOY["n_layer"], "layernorm": 2 * TOY["n_layer"] + 1}
@@ -279,3 +280,72 @@ def test_report_bar_chart_marks_skipped_cells(tmp_path, monkeypatch):
                           "× baseline": [1.0, 2.5, None]})
     paths = report_figures(table, tmp_path)
     assert [p.name for p in paths] == ["perf_tokens_per_s.png"] and paths[0].stat().st_size > 0
+
+
+# ---- MFU denominators: measured GEMM peak and the published table ---------------------------------------
+@pytest.mark.parametrize("name,dtype,tf32,table,tflops", [
+    ("NVIDIA H100 80GB HBM3", "bfloat16", False, "H100 SXM", 989.4),
+    ("NVIDIA H100 80GB HBM3", "float32", True, "H100 SXM", 494.7),
+    ("NVIDIA H100 80GB HBM3", "float32", False, "H100 SXM", 67.0),
+    ("NVIDIA H100 PCIe", "bfloat16", False, "H100 PCIe", 756.0),
+    ("NVIDIA H200", "float16", False, "H200 SXM", 989.4),
+    ("NVIDIA A100-SXM4-80GB", "bfloat16", False, "A100", 312.0),
+    ("NVIDIA A100 80GB PCIe", "float32", True, "A100", 156.0),
+    ("NVIDIA L4", "float16", False, "L4", 121.0),
+    ("Tesla T4", "float16", False, "T4", 65.0),
+    ("Tesla T4", "float32", True, "T4", 8.1),          # no TF32 on Turing: plain FP32
+    ("Tesla V100-SXM2-16GB", "float16", False, "V100 SXM2", 125.0),
+    ("Tesla V100-PCIE-32GB", "float16", False, "V100 PCIe", 112.0),
+])
+def test_published_peak_table(name, dtype, tf32, table, tflops):
+    from steps.hardware import published_peak_flops
+
+    assert published_peak_flops(dtype, name, tf32) == (table, tflops * 1e12)
+
+
+def test_published_peak_unknown_device_or_dtype_is_measured_only():
+    from steps.hardware import mfu, published_peak_flops
+
+    label, peak = published_peak_flops("bfloat16", "NVIDIA GeForce RTX 4090")
+    assert peak is None and "measured only" in label
+    label, peak = published_peak_flops("bfloat16", "Tesla T4")  # Turing has no bf16 tensor cores
+    assert peak is None and label.startswith("T4") and "measured only" in label
+    assert math.isnan(mfu(1e12, {"measured": 2e12, "published": None})["mfu_published"])
+    assert mfu(1e12, {"measured": 2e12, "published": 4e12}) == {"mfu": 0.5, "mfu_published": 0.25}
+
+
+def test_cuda_peak_is_timed_with_events_around_many_matmuls(monkeypatch):
+    """The CUDA path: one event pair around `iters` queued matmuls, the time read from the
+    events (never from the host clock, which would time the launches). CUDA events are faked."""
+    from steps import hardware
+
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.t = None
+
+        def record(self):
+            log.append("record")
+            self.t = len(log)
+
+        def synchronize(self):
+            log.append("sync")
+
+        def elapsed_time(self, other):
+            return 250.0  # ms
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("device sync"))
+    seconds = hardware._time_window(lambda: log.append("mm"), 20, cuda=True)
+    assert seconds == 0.25
+    assert log == ["device sync", "record", *["mm"] * 20, "record", "sync"]
+
+
+def test_cpu_peak_and_peak_flops_on_cpu():
+    from steps.hardware import peak_flops
+
+    peaks = peak_flops("float32", "cpu", n=128)
+    assert peaks["measured"] > 1e6 and peaks["published"] is None
+    assert peaks["published_name"] == "CPU (measured only)"

@@ -1,5 +1,6 @@
-"""Training loop pieces: token windows, AdamW with decay groups, warmup+cosine LR, grad
-accumulation and clipping, evaluation, checkpoints that make a killed run resume exactly.
+"""Training loop pieces around the one training step (train_step.py: AdamW with decay groups,
+accumulation, clipping, every perf knob): token windows, warmup+cosine LR, evaluation, the loop,
+checkpoints that make a killed run resume exactly, and the ours-vs-HF step benchmark.
 
 Exact resume: the batch of step s is drawn from an RNG seeded by (seed, s, micro-step), and the
 checkpoint holds model, optimizer, torch RNG (dropout) and the metric history, so a run killed
@@ -7,7 +8,6 @@ after step k and restarted reaches the same weights as one that never stopped.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from steps.models.gpt import GPTLMHeadModel
+from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep, autocast
 
 
 class TokenWindows:
@@ -42,36 +43,6 @@ def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def make_optimizer(model, lr: float, weight_decay: float, betas=(0.9, 0.95)):
-    """Decay matrices (weights of Linear/Embedding); never biases or norm gains (1-D tensors)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused)
-
-
-def autocast(device: torch.device, dtype: str):
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=getattr(torch, dtype))
-
-
-def train_step(model, opt, batches, device, dtype: str, grad_clip: float) -> tuple[float, float]:
-    """One optimizer step over len(batches) micro-batches; returns (mean loss, grad norm)."""
-    total = 0.0
-    for x in batches:
-        x = x.to(device, non_blocking=True)
-        with autocast(device, dtype):
-            loss = model(x, labels=x).loss / len(batches)
-        loss.backward()
-        total += loss.item()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip) if grad_clip > 0 else torch.zeros(())
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return total, float(norm)
-
-
 @torch.no_grad()
 def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, dtype: str) -> float:
     was = model.training
@@ -79,7 +50,7 @@ def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device,
     losses = []
     for i in range(n_batches):
         x = data.batch(batch_size, 10**9, i).to(device)  # the same validation windows every time
-        with autocast(device, dtype):
+        with autocast(device, AMP_OF_DTYPE[dtype]):
             losses.append(model(x, labels=x).loss.item())
     model.train(was)
     return float(np.mean(losses))
@@ -114,7 +85,8 @@ def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindow
           stop_after: int | None = None) -> TrainState:
     """Train to p['max_steps'], resuming from `ckpt` if it exists with the same fingerprint.
     `stop_after` ends the loop early (after its checkpoint) — the tests' stand-in for a kill."""
-    opt = make_optimizer(model, p["lr"], p["weight_decay"], p["betas"])
+    ts = TrainStep(model, device, StepOptions.from_params(p))
+    opt = ts.optimizer
     state = TrainState()
     if ckpt.exists() and p["resume"]:
         ck = torch.load(ckpt, map_location="cpu", weights_only=False)
@@ -130,11 +102,11 @@ def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindow
     bar = progress(steps, total=p["max_steps"], initial=state.step) if progress else steps
     for step in bar:
         lr = lr_at(step, p["lr"], p["warmup_steps"], p["max_steps"], p["min_lr_ratio"])
-        for g in opt.param_groups:
-            g["lr"] = lr
+        ts.set_lr(lr)
         batches = [train_data.batch(p["batch_size"], step, m) for m in range(p["grad_accum"])]
         t0 = time.perf_counter()
-        loss, gnorm = train_step(model, opt, batches, device, p["dtype"], p["grad_clip"])
+        loss, gnorm = ts.step(batches)
+        gnorm = float(gnorm)
         state.train_time_s += time.perf_counter() - t0
         state.tokens += sum(b.numel() for b in batches)
         state.step = step + 1
@@ -153,25 +125,20 @@ def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindow
     return state
 
 
-def benchmark(make_model, batch: torch.Tensor, device, dtype: str, steps: int, warmup: int,
+def benchmark(make_model, batch: torch.Tensor, device, opts: StepOptions, steps: int, warmup: int,
               repeats: int = 1) -> float:
-    """Training steps/s (forward + backward + AdamW) of a fresh model; best of `repeats` timed
-    windows. `make_model()` returns a model whose forward takes (input_ids, labels=)."""
-    model = make_model().to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    """Training steps/s of a fresh model under the one training step (forward + backward +
+    clipping + AdamW): best of `repeats` timed windows. `make_model()` returns a model whose
+    forward takes (input_ids, labels=) -- ours or HF's."""
+    ts = TrainStep(make_model().to(device).train(), device, opts)
     best = 0.0
     for r in range(repeats):
         for i in range(warmup + steps):
             if i == warmup:
-                sync()
+                ts.sync()
                 t0 = time.perf_counter()
-            with autocast(device, dtype):
-                loss = model(batch, labels=batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        sync()
+            ts.step([batch])
+        ts.sync()
         best = max(best, steps / (time.perf_counter() - t0))
         warmup = 1
     return best

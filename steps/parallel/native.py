@@ -44,17 +44,22 @@ def param_shapes(model) -> dict[str, int]:
 
 
 def reference(plan: Plan, dtype):
+    """One device, same weights and global batches, gpt_train's training step with the plan's
+    optimizer (no clipping: the sharded engines do not clip): per-step losses and gradients,
+    final parameters."""
+    from steps.models.train_step import StepOptions, TrainStep
     model = full_model(plan, dtype)
-    opt = plan.optimizer_for(model.parameters())
+    ts = TrainStep(model, torch.get_default_device(), StepOptions(grad_clip=0.0),
+                   optimizer=plan.optimizer_for(model.parameters()))
     losses, grads = [], []
+
+    def record_grads(label):
+        if label == "after backward":
+            grads.append({k: p.grad.detach().clone() for k, p in model.named_parameters()})
+
     for step in range(plan.steps):
-        ids = gpt_batch(plan, step)
-        opt.zero_grad(set_to_none=True)
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        losses.append(loss.item())
-        grads.append({k: p.grad.detach().clone() for k, p in model.named_parameters()})
-        opt.step()
+        loss, _ = ts.step([gpt_batch(plan, step)], probe=record_grads)
+        losses.append(loss)
     return losses, grads, {k: p.detach().clone() for k, p in model.named_parameters()}
 
 

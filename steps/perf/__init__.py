@@ -15,6 +15,7 @@ REPORT_COLUMNS = {
     "p90": "metrics.tokens_per_s_p90",
     "× baseline": "metrics.speedup",
     "MFU": "metrics.mfu",
+    "MFU (published peak)": "metrics.mfu_published",
     "peak memory (MiB)": "metrics.peak_mem_mib",
     "loss": "metrics.loss",
     "drift": "metrics.loss_drift",

@@ -22,7 +22,7 @@ from steps.tracking import StageRun
 MiB = 2**20
 # Keys whose change alters the data or the optimisation path: the loss is then not comparable.
 SAME_TRAJECTORY = ("model", "batch_size", "data_batches", "warmup_steps", "timed_steps", "lr",
-                   "weight_decay")
+                   "weight_decay", "grad_clip")
 NOT_A_CHANGE = ("desc",)
 SAVED_ROW = "saved activations (+autocast weight copies)"
 
@@ -163,7 +163,7 @@ def ts_batch(ts, batch: int):
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    cfg = ts.config
+    cfg = ts.model.config
     return torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen).to(ts.device)
 
 
@@ -215,10 +215,10 @@ def train(ctx: StageRun, ts, timeline: Timeline | None) -> tuple[list, list, dic
     """warm-up + timed steps on the fixed batch pool: step times, losses, peak memory (of the
     last warm-up step; the timed steps run with the CPU allocator reusing freed blocks)."""
     from steps import hardware
-    from steps.perf.step import synthetic_batches
+    from steps.perf.step import micro_batches, synthetic_batches
 
     p = ctx.params
-    batches = synthetic_batches(p, ctx.seed, ts.device)
+    batches = [micro_batches(x, p) for x in synthetic_batches(p, ctx.seed, ts.device)]
     n_warm, n = p["warmup_steps"], p["warmup_steps"] + p["timed_steps"]
     peak_mem, mem = PeakMemory(ts.device), {}
     times, losses = [], []
@@ -241,19 +241,22 @@ def train(ctx: StageRun, ts, timeline: Timeline | None) -> tuple[list, list, dic
     return times, losses, mem
 
 
-def throughput(ts, timed: np.ndarray, peak_flops: float) -> dict:
+def throughput(ts, tokens_per_step: int, timed: np.ndarray, peaks: dict) -> dict:
     """tokens/s median and p10/p90 over the timed steps, and MFU in model FLOPs (6N + 12·L·d·T,
-    recomputation by checkpointing not counted)."""
+    recomputation by checkpointing not counted) against the measured and the published peak
+    (`peaks` as hardware.peak_flops returns it)."""
     from steps import hardware
 
-    tps = ts.tokens_per_step / timed
-    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), ts.config.n_layer,
-                                       ts.config.n_embd, ts.config.block_size)
+    cfg = ts.model.config
+    tps = tokens_per_step / timed
+    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), cfg.n_layer,
+                                       cfg.n_embd, cfg.block_size)
     med = float(np.median(tps))
     return {"tokens_per_s": med, "tokens_per_s_p10": float(np.percentile(tps, 10)),
             "tokens_per_s_p90": float(np.percentile(tps, 90)),
-            "step_time_ms": float(np.median(timed)) * 1e3, "peak_flops": peak_flops,
-            "flops_per_token": fpt, "achieved_flops": fpt * med, "mfu": fpt * med / peak_flops}
+            "step_time_ms": float(np.median(timed)) * 1e3, "peak_flops": peaks["measured"],
+            "published_peak_flops": peaks.get("published") or math.nan,
+            "flops_per_token": fpt, "achieved_flops": fpt * med, **hardware.mfu(fpt * med, peaks)}
 
 
 def run(ctx: StageRun) -> dict:
@@ -261,8 +264,8 @@ def run(ctx: StageRun) -> dict:
 
     from steps import hardware
     from steps.perf import memory
-    from steps.perf.step import (TrainStep, check_device, check_native_amp, gpt_config, micro_batch,
-                                 peak_dtype, set_tf32)
+    from steps.models.train_step import set_tf32
+    from steps.perf.step import build_step, check_device, check_native_amp, gpt_config, micro_batch, peak_dtype
 
     p = ctx.params
     base = describe_cell(ctx)
@@ -273,22 +276,24 @@ def run(ctx: StageRun) -> dict:
     is_timeline = ctx.cell == p["timeline_cell"]
     if is_timeline:
         check_timeline(p)
-    set_tf32(p, device)  # the peak must be measured in the mode the cell runs in
-    peak = hardware.matmul_peak_flops(peak_dtype(p), device.type, n=p["peak_matmul_size"])
+    set_tf32(p["tf32"], device)  # the peak must be measured in the mode the cell runs in
+    peaks = hardware.peak_flops(peak_dtype(p), device, n=p["peak_matmul_size"])
+    ctx.info["published_peak"] = peaks["published_name"]
     micro = micro_batch(p)
     analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"],
                                       p["attn"], grad_accum=p["grad_accum"])
 
     timeline = Timeline(device, analytic) if is_timeline else None
     torch.manual_seed(ctx.seed)
-    ts = TrainStep(p, device, probe=timeline)
+    ts, fused = build_step(p, device, probe=timeline)
     if timeline:
         timeline.attach(ts)
     times, losses, mem_peak = train(ctx, ts, timeline)
-    metrics = throughput(ts, np.array(times[p["warmup_steps"]:]), peak)
+    tokens_per_step = p["batch_size"] * p["model"]["block_size"]
+    metrics = throughput(ts, tokens_per_step, np.array(times[p["warmup_steps"]:]), peaks)
     metrics |= {"first_step_s": times[0], "loss": losses[-1], **mem_peak}
     compare_to_baseline(ctx, base, metrics)
-    ctx.info["fused_modules"] = ts.fused
+    ctx.info["fused_modules"] = fused
 
     mt = memory_table(ts, micro, analytic, mem_peak["peak_mem_mib"] * MiB, p["compile"])
     ctx.log_table(mt, "memory")

@@ -1,18 +1,19 @@
-"""One GPT training step with every perf knob of the matrix (nanoGPT's train loop, factored).
+"""A perf cell's training step: gpt_train's one step (steps.models.train_step) with the cell's knobs.
 
-Knobs (perf config keys): amp none|bf16|fp16, tf32, compile, attn sdpa|manual, adamw
-default|foreach|fused, checkpoint_activations, grad_accum, accelerate, fused_softmax,
-fused_layernorm (+ fused_backend), batch_size. A knob the device cannot run raises SkipCell
-before anything is built, so a CPU run lists the CUDA-only cells with their reason.
+Step knobs (perf config keys, StepOptions): amp none|bf16|fp16, tf32, compile (+ compile_mode),
+adamw default|forloop|foreach|fused, grad_accum, accelerate, grad_clip, weight_decay, lr.
+Model knobs: attn sdpa|manual, checkpoint_activations, fused_softmax, fused_layernorm (+
+fused_backend); batch_size. A knob the device cannot run raises SkipCell before anything is
+built, so a CPU run lists the CUDA-only cells with their reason.
 """
 from __future__ import annotations
 
-import time
-from contextlib import nullcontext
+from types import SimpleNamespace
 
 import torch
 
 from steps.config import ConfigError
+from steps.models.train_step import StepOptions, TrainStep, set_tf32
 from steps.tracking import SkipCell
 
 MODEL_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias", "pos", "norm",
@@ -26,7 +27,15 @@ def check_device(p: dict, device: torch.device) -> None:
     if device.type == "cuda":
         if p["fused_backend"] == "triton" and not triton_available():
             raise SkipCell("skipped: needs the triton package")
+        cap = torch.cuda.get_device_capability(device)
+        if p["model"]["fp8"] and cap < (8, 9):
+            raise SkipCell(f"skipped: fp8 matmuls need tensor cores of compute capability 8.9+ "
+                           f"(Ada, Hopper); this GPU is {cap[0]}.{cap[1]}")
         return
+    if p["model"]["fp8"]:
+        raise SkipCell("skipped: needs CUDA (fp8 tensor-core matmuls, compute capability 8.9+)")
+    if p["compile"] and p["compile_mode"] != "default":
+        raise SkipCell(f"skipped: needs CUDA (compile mode {p['compile_mode']} captures CUDA graphs)")
     if p["tf32"]:
         raise SkipCell("skipped: needs CUDA (TF32 is an NVIDIA tensor-core matmul mode)")
     if p["amp"] == "fp16":
@@ -49,23 +58,24 @@ def check_native_amp(p: dict, device: torch.device) -> None:
 
 
 def peak_dtype(p: dict) -> str:
-    """The matmul dtype that bounds this cell: the MFU denominator is measured in it."""
+    """The matmul dtype that bounds this cell: the MFU denominator is measured in it (fp8 cells
+    too are quoted against the autocast dtype's peak, as torchtitan quotes its fp8 runs: the
+    attention, the head and the loss stay in bf16)."""
     return {"bf16": "bfloat16", "fp16": "float16"}.get(p["amp"], "float32")
+
+
+def padded_vocab(p: dict) -> int:
+    """The embedding/LM-head rows: the vocabulary rounded up to pad_vocab_multiple (nanoGPT's
+    50257 -> 50304: matmul tiles divide it). The data never uses the extra rows."""
+    m = p["model"]["pad_vocab_multiple"]
+    return -(-p["model"]["vocab_size"] // m) * m
 
 
 def gpt_config(p: dict):
     from steps.models.gpt import GPTConfig
 
-    return GPTConfig(**{k: p["model"][k] for k in MODEL_KEYS}, attn=p["attn"],
-                     checkpoint_activations=p["checkpoint_activations"])
-
-
-def make_optimizer(model: torch.nn.Module, p: dict) -> torch.optim.Optimizer:
-    """AdamW in torch's three implementations: per-tensor loop, foreach (multi-tensor), fused."""
-    impl = {"default": {}, "forloop": {"foreach": False}, "foreach": {"foreach": True},
-            "fused": {"fused": True}}[p["adamw"]]
-    return torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=p["weight_decay"],
-                             betas=(0.9, 0.95), **impl)
+    return GPTConfig(**{**{k: p["model"][k] for k in MODEL_KEYS}, "vocab_size": padded_vocab(p)},
+                     attn=p["attn"], checkpoint_activations=p["checkpoint_activations"])
 
 
 def synthetic_batches(p: dict, seed: int, device: torch.device) -> list[torch.Tensor]:
@@ -77,12 +87,6 @@ def synthetic_batches(p: dict, seed: int, device: torch.device) -> list[torch.Te
             for _ in range(p["data_batches"])]
 
 
-def set_tf32(p: dict, device: torch.device) -> None:
-    """TF32 tensor-core matmuls on CUDA (before the peak is measured and before training)."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = p["tf32"]
-
-
 def micro_batch(p: dict) -> int:
     if p["batch_size"] % p["grad_accum"]:
         raise ConfigError(f"perf.batch_size={p['batch_size']} must be divisible by "
@@ -90,90 +94,32 @@ def micro_batch(p: dict) -> int:
     return p["batch_size"] // p["grad_accum"]
 
 
-class TrainStep:
-    """model + optimizer + the knobs; `step(x)` runs forward/backward/update and returns the loss.
+def build_step(p: dict, device: torch.device, probe=None) -> tuple[TrainStep, dict]:
+    """The cell's model (model knobs: attention, checkpointing, fused kernels) in the one
+    training step (step knobs). Returns (step, fused module counts).
 
-    `probe(label, trainer)` (optional) is called at the seed's memory checkpoints while building;
-    `step(x, probe)` calls `probe(label)` inside the step."""
+    `probe(label, trainer)` (optional) is called at the seed's memory checkpoints while
+    building: "before model", "after model", "after optimizer"."""
+    from steps.models.gpt import GPTLMHeadModel
+    from steps.perf.fused import fuse_model
 
-    def __init__(self, p: dict, device: torch.device, probe=None):
-        from steps.perf.fused import fuse_model
-        from steps.models.gpt import GPTLMHeadModel
+    micro_batch(p)
+    opts = StepOptions.from_params(p)
+    set_tf32(opts.tf32, device)
+    probe = probe or (lambda label, trainer: None)
+    probe("before model", None)
+    model = GPTLMHeadModel(gpt_config(p)).to(device)
+    fused = fuse_model(model, p["fused_softmax"], p["fused_layernorm"], p["fused_backend"])
+    if p["model"]["fp8"]:
+        from steps.models.fp8 import convert_to_fp8
 
-        self.p, self.device = p, device
-        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        micro_batch(p)
-        set_tf32(p, device)
-        probe = probe or (lambda label, trainer: None)
-        probe("before model", self)
-        self.config = gpt_config(p)
-        self.model = GPTLMHeadModel(self.config).to(device)
-        self.fused = fuse_model(self.model, p["fused_softmax"], p["fused_layernorm"], p["fused_backend"])
-        probe("after model", self)
-        self.optimizer = make_optimizer(self.model, p)
-        probe("after optimizer", self)
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p["amp"])
-        # fp16 gradients underflow without loss scaling; accelerate brings its own scaler
-        self.scaler = (torch.amp.GradScaler(device.type) if p["amp"] == "fp16" and not p["accelerate"]
-                       else None)
-        self.accelerator = None
-        self.forward = self.model
-        if p["accelerate"]:
-            from accelerate import Accelerator
+        fused["fp8_linear"] = convert_to_fp8(model)
+    probe("after model", SimpleNamespace(model=model))
+    ts = TrainStep(model, device, opts)
+    probe("after optimizer", ts)
+    return ts, fused
 
-            self.accelerator = Accelerator(cpu=device.type == "cpu", mixed_precision=p["amp"]
-                                           if p["amp"] != "none" else "no")
-            self.forward, self.optimizer = self.accelerator.prepare(self.model, self.optimizer)
-        if p["compile"]:
-            self.forward = torch.compile(self.forward, mode=p["compile_mode"])
 
-    @property
-    def tokens_per_step(self) -> int:
-        return self.p["batch_size"] * self.p["model"]["block_size"]
-
-    def autocast(self):
-        if self.amp_dtype is None or self.accelerator is not None:  # accelerate autocasts itself
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
-
-    def backward(self, loss):
-        if self.accelerator is not None:
-            self.accelerator.backward(loss)
-        elif self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
-
-    def update(self):
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-
-    def step(self, x: torch.Tensor, probe=None) -> float:
-        """One optimizer step over `grad_accum` micro-batches of x; the mean loss."""
-        probe = probe or (lambda label: None)
-        total = 0.0
-        for micro in x.chunk(self.p["grad_accum"]):
-            with self.autocast():
-                out = self.forward(micro, labels=micro)
-            probe("after forward")
-            loss = out.loss / self.p["grad_accum"]
-            self.backward(loss)
-            total += loss.item()
-            del out, loss
-        probe("after backward")
-        self.update()
-        probe("after step")
-        self.optimizer.zero_grad(set_to_none=True)
-        probe("after zero_grad")
-        return total
-
-    def timed_step(self, x: torch.Tensor, probe=None) -> tuple[float, float]:
-        """(seconds, loss) of one step, synchronised so the device work is inside the timer."""
-        self.sync()
-        t0 = time.perf_counter()
-        loss = self.step(x, probe)
-        self.sync()
-        return time.perf_counter() - t0, loss
+def micro_batches(x: torch.Tensor, p: dict) -> list[torch.Tensor]:
+    """A step's batch as its grad_accum micro-batches."""
+    return list(x.chunk(p["grad_accum"]))
