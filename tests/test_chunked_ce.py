@@ -246,3 +246,33 @@ def test_gpt_fused_ce_hook(tie):
     ev = fused(ids, labels=labels)
     assert ev.logits is not None and ev.logits.shape == (2, 16, 61)
     assert torch.equal(ev.loss, plain.eval()(ids, labels=labels).loss)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_autocast_peak_memory():
+    """CUDA, bf16 autocast: close to fp64, and the allocator's peak over forward + backward stays
+    below one copy of the fp32 logits (128 MiB here) while the reference's exceeds it."""
+    n, v, d, chunk = 4096, 8192, 64, 512
+    h, w, t = (x.cuda() for x in make_inputs(n=n, v=v, d=d, dtype=torch.float32))
+    exact = loss_and_grads(reference_linear_cross_entropy, h.double(), w.double(), t)
+    peaks, errs = {}, {}
+    for name, fn in (("ours", lambda *a: linear_cross_entropy(*a, chunk_size=chunk)),
+                     ("ref", reference_linear_cross_entropy)):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            fn(hh, ww, t).backward()               # warm-up: cuBLAS workspace, allocator pools
+        hh.grad = ww.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fn(hh, ww, t)
+        loss.backward()
+        torch.cuda.synchronize()
+        peaks[name] = torch.cuda.max_memory_allocated() - base
+        got = (loss.detach(), hh.grad, ww.grad)
+        assert [a.dtype for a in got] == [torch.float32] * 3
+        errs[name] = [rel_err(a, x) for a, x in zip(got, exact)]
+    for ours, ref in zip(errs["ours"], errs["ref"]):
+        assert ours < 5e-2 and ours < 2 * ref + 1e-3, errs
+    assert peaks["ours"] < n * v * 4 <= peaks["ref"], peaks

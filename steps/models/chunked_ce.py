@@ -5,8 +5,8 @@ The unfused head is two ops, and autograd keeps their big intermediate alive:
     loss   = cross_entropy(logits.float(), t)
 cross-entropy saves its fp32 log-probs (N, V) for backward, and backward then holds two more
 (N, V) fp32 tensors (the gradient of the log-probs and of the logits). With N = B·T tokens and
-a real vocabulary these dwarf every other activation (GPT-2: V = 50257, so 8 × 1024 tokens of
-fp32 logits are 1.6 GiB, about one layer's activations times 20).
+a real vocabulary these dwarf the other activations (GPT-2: V = 50257, so 8 × 1024 tokens of
+fp32 logits are 1.5 GiB, and cross-entropy's backward holds three such tensors at once).
 
 The trick (Liger Kernel's fused linear cross-entropy; Apple's "Cut Your Losses" goes further and
 never writes even one chunk to memory): the gradient of the mean cross-entropy w.r.t. the
@@ -45,13 +45,13 @@ import torch.nn.functional as F
 MiB = 2**20
 
 # Default chunk: the largest power of two of rows whose fp32 logits fit CHUNK_BYTES (16 MiB),
-# but at least MIN_CHUNK_ROWS (256) rows. 16 MiB keeps the transient (C, V) buffers (the upcast
-# logits/softmax in fp32 plus the compute-dtype copies of z and g: ~2-3 × CHUNK_BYTES) small
-# next to a training step, and splits the perf matrix's head (V = 8192: 512 rows, so 2 chunks
+# but at least MIN_CHUNK_ROWS (256) rows. 16 MiB keeps the transient (C, V) buffers (the fp32
+# logits/softmax, logsumexp's internal exp, the bf16 copies of z and g under autocast: about
+# 2 × CHUNK_BYTES at once) small next to a training step, and splits the perf matrix's head (V = 8192: 512 rows, so 2 chunks
 # of its 1024 tokens) so the full logits never exist. The 256-row floor is the arithmetic
 # intensity argument above: below it, re-reading W per chunk dominates on a GPU (GPT-2's
 # V = 50257 would give 64 rows from the budget alone; 256 rows are 49 MiB of fp32 per chunk,
-# still 1/18 of 8 × 576 tokens' full logits).
+# 1/18 of the full logits of configs/gpu.yaml's perf batch, 36 × 128 tokens).
 CHUNK_BYTES = 16 * MiB
 MIN_CHUNK_ROWS = 256
 
