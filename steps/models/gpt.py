@@ -7,6 +7,11 @@ attention.py) — the only structural difference from GPT-2's fused Conv1D c_att
 Loss convention (identical to HF GPT2LMHeadModel): pass `labels=input_ids`; the model shifts
 internally, position t is scored against labels[t+1], the last position is dropped, and
 labels == -100 are ignored. Mean over the scored tokens.
+
+GPTConfig.fused_ce (default off): in training mode with labels, the loss comes from
+steps.models.chunked_ce.linear_cross_entropy (LM head + cross-entropy chunk by chunk, never the
+(B·T, V) logits) and the output's `logits` is None. Eval mode, generation and calls without
+labels are unchanged. ce_chunk: rows per chunk, 0 = chunked_ce.default_chunk_size.
 """
 from __future__ import annotations
 
@@ -39,6 +44,8 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     tie_weights: bool = True
     checkpoint_activations: bool = False
+    fused_ce: bool = False        # training loss via chunked_ce (no logits returned); see top
+    ce_chunk: int = 0             # rows per chunk of the fused loss; 0 = default_chunk_size
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -57,7 +64,7 @@ class GPTModelOutput:
 
 @dataclass
 class CausalLMOutput:
-    logits: torch.Tensor
+    logits: torch.Tensor | None   # None from a fused_ce training forward with labels
     loss: torch.Tensor | None = None
     past_key_values: tuple | None = None  # per layer (k, v), each (B, n_head, T_total, head_dim)
 
@@ -143,6 +150,11 @@ class GPTLMHeadModel(nn.Module):
 
     def forward(self, input_ids, labels=None, past_key_values=None, use_cache=False) -> CausalLMOutput:
         out = self.transformer(input_ids, past_key_values, use_cache)
+        if self.config.fused_ce and labels is not None and self.training and not use_cache:
+            from steps.models.chunked_ce import linear_cross_entropy
+            loss = linear_cross_entropy(out.last_hidden_state, self.lm_head.weight,
+                                        shift_labels(labels), chunk_size=self.config.ce_chunk)
+            return CausalLMOutput(None, loss, out.past_key_values)
         logits = self.lm_head(out.last_hidden_state)
         loss = None
         if labels is not None:
@@ -150,10 +162,15 @@ class GPTLMHeadModel(nn.Module):
         return CausalLMOutput(logits, loss, out.past_key_values)
 
 
+def shift_labels(labels, ignore_index: int = -100):
+    """(B, T) targets of positions 0..T-1: labels[:, t+1], the last position padded as ignored."""
+    return F.pad(labels[:, 1:], (0, 1), value=ignore_index)
+
+
 def causal_lm_loss(logits, labels, ignore_index: int = -100):
     """HF's shift: logits[:, t] predict labels[:, t+1]. Shifting the labels (pad with -100)
     rather than slicing logits[:, :-1] avoids copying the (B, T, V) logits."""
-    shifted = F.pad(labels[:, 1:], (0, 1), value=ignore_index)
+    shifted = shift_labels(labels, ignore_index)
     return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1),
                            ignore_index=ignore_index)
 
