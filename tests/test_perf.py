@@ -75,7 +75,9 @@ def test_bad_cell_values_are_rejected_with_the_key():
 
 
 # ---- skipped cells ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("over", [{"tf32": True}, {"amp": "fp16"}, {"fused_backend": "triton"}])
+@pytest.mark.parametrize("over", [{"tf32": True}, {"amp": "fp16"}, {"fused_backend": "triton"},
+                                  {"model": {**TOY, "fp8": True}}, {"compile": True, "compile_mode": "reduce-overhead"},
+                                  {"compile": True, "compile_mode": "max-autotune"}])
 def test_cuda_only_cells_skip_with_reason_on_cpu(over):
     from steps.perf.step import check_device
     from steps.tracking import SkipCell
@@ -349,3 +351,96 @@ def test_cpu_peak_and_peak_flops_on_cpu():
     peaks = peak_flops("float32", "cpu", n=128)
     assert peaks["measured"] > 1e6 and peaks["published"] is None
     assert peaks["published_name"] == "CPU (measured only)"
+
+
+# ---- the ladder: single changes and a cumulative ladder, expanded from config ----------------------------
+LADDER = {"base": {"attn": "manual", "adamw": "default"},
+          "shapes": {"a": {"batch_size": 4}, "b": {"batch_size": 2, "model": {"block_size": 8}}},
+          "steps": [{"name": "bf16", "change": {"amp": "bf16"}},
+                    {"name": "compile", "change": {"compile": True}},
+                    {"name": "vocab", "change": {"model": {"pad_vocab_multiple": 128}}},
+                    {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False}]}
+
+
+def test_ladder_expands_single_and_cumulative_cells():
+    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "cells": {"baseline": {}}, "ladder": LADDER}})
+    names = [c for c in cells(cfg, "perf") if c[:2] in ("a_", "b_")]
+    assert cells(cfg, "perf")[-len(names):] == names  # after the hand-written cells
+    assert names == ["a_baseline", "a_bf16", "a_compile", "a_ladder_compile", "a_vocab", "a_ladder_vocab", "a_ladder_ce",
+                     "b_baseline", "b_bf16", "b_compile", "b_ladder_compile", "b_vocab", "b_ladder_vocab", "b_ladder_ce"]
+    p = {c: cell_config(cfg, "perf", c)["params"] for c in names}
+    assert "ladder" not in p["a_bf16"]  # the matrix description is no part of a job's config
+    base = p["b_baseline"]
+    assert (base["attn"], base["adamw"], base["batch_size"], base["model"]["block_size"]) == ("manual", "default", 2, 8)
+    assert all(p[c]["baseline_cell"] == f"{c[0]}_baseline" for c in names)
+    # a single cell is its baseline + one change; a ladder cell adds every step so far
+    single, ladder = p["b_compile"], p["b_ladder_compile"]
+    assert single["compile"] and single["amp"] == "none" and ladder["compile"] and ladder["amp"] == "bf16"
+    last = p["b_ladder_ce"]
+    assert (last["amp"], last["compile"], last["model"]["pad_vocab_multiple"], last["model"]["fused_ce"]) == \
+        ("bf16", True, 128, True)
+    assert last["model"]["block_size"] == 8 and last["attn"] == "manual"
+    assert p["a_vocab"]["amp"] == "none" and p["a_vocab"]["model"]["pad_vocab_multiple"] == 128
+    from steps.perf.stage import describe_change
+    assert describe_change(p["a_ladder_compile"], p["a_baseline"]) == "amp=bf16, compile=True"
+
+
+def test_ladder_names_may_not_clash_with_hand_written_cells():
+    with pytest.raises(ConfigError, match="a_bf16"):
+        load_config(DEFAULT, overrides={"perf": {"cells": {"a_bf16": {"batch_size": 3}}, "ladder": LADDER}})
+
+
+def test_gpu_config_holds_the_gpt2_ladder():
+    """configs/gpu.yaml: GPT-2 124M at T 1024 and the seed's B36 T128, Karpathy's ladder then past it."""
+    cfg = load_config(DEFAULT, GPU)
+    steps = [s["name"] for s in cfg["perf"]["ladder"]["steps"]]
+    assert steps[:6] == ["tf32", "bf16", "compile", "flash", "vocab128", "fused_adamw"]
+    assert {"cuda_graphs", "fused_ce", "fp8", "checkpoint", "accum"} <= set(steps[6:])
+    t1024 = cell_config(cfg, "perf", "t1024_ladder_fused_adamw")["params"]
+    assert t1024["model"] == {**t1024["model"], "vocab_size": 50257, "block_size": 1024, "n_layer": 12,
+                              "n_embd": 768, "pad_vocab_multiple": 128}
+    assert (t1024["tf32"], t1024["amp"], t1024["compile"], t1024["attn"], t1024["adamw"]) == \
+        (True, "bf16", True, "sdpa", "fused")
+    t128 = cell_config(cfg, "perf", "t128_baseline")["params"]
+    assert (t128["batch_size"], t128["model"]["block_size"], t128["amp"], t128["attn"]) == (36, 128, "none", "manual")
+    assert cfg["perf"]["timed_steps"] >= 20
+
+
+def test_padded_vocabulary_rows_and_data():
+    from steps.perf.step import build_step, synthetic_batches
+
+    p = perf_params(model={**TOY, "vocab_size": 100, "pad_vocab_multiple": 64})
+    ts, _ = build_step(p, torch.device("cpu"))
+    assert ts.model.lm_head.weight.shape[0] == 128 and ts.model.config.vocab_size == 128
+    assert max(int(b.max()) for b in synthetic_batches(p, 0, torch.device("cpu"))) < 100
+
+
+def test_ladder_cells_run_end_to_end_on_cpu(tmp_path, monkeypatch):
+    """A tiny ladder through stage_main: every cell ends ok, compares with its shape's baseline,
+    and the cumulative chunked-CE cell trains the same trajectory as its predecessor."""
+    from steps.perf import run
+    from steps.tracking import stage_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ladder = {"base": {"attn": "manual"}, "shapes": {"s": {"batch_size": 4}},
+              "steps": [{"name": "flash", "change": {"attn": "sdpa"}},
+                        {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False}]}
+    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "warmup_steps": 3,
+                                                          "peak_matmul_size": 128, "ladder": ladder,
+                                                          "timeline_cell": "none"}})
+    recs = {}
+    for cell in ("s_baseline", "s_flash", "s_ladder_ce"):
+        job = cell_config(cfg, "perf", cell)
+        job["common"] |= {"threads": 1, "tracking": {"uri": None}}
+        out = tmp_path / "results" / "perf" / cell
+        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
+        recs[cell] = json.loads((out / "metrics.json").read_text())
+    assert all(r["status"] == "ok" for r in recs.values()), recs
+    flash, ce = recs["s_flash"], recs["s_ladder_ce"]
+    assert flash["info"]["change"] == "attn=sdpa"
+    assert ce["info"]["change"] == "attn=sdpa, model.fused_ce=True"
+    assert flash["metrics"]["speedup"] == pytest.approx(flash["metrics"]["tokens_per_s"]
+                                                        / recs["s_baseline"]["metrics"]["tokens_per_s"])
+    # the chunked loss is the same loss: same trajectory as the flash cell, to fp32 rounding
+    assert ce["metrics"]["loss"] == pytest.approx(flash["metrics"]["loss"], abs=1e-4)

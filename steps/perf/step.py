@@ -17,7 +17,7 @@ from steps.models.train_step import StepOptions, TrainStep, set_tf32
 from steps.tracking import SkipCell
 
 MODEL_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias", "pos", "norm",
-              "activation")
+              "activation", "fused_ce")
 
 
 def check_device(p: dict, device: torch.device) -> None:
