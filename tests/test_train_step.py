@@ -171,3 +171,24 @@ def test_options_from_stage_sections():
     o = StepOptions.from_params({"dtype": "bfloat16", "lr": 1e-3, "betas": [0.8, 0.9], "unrelated": 1})
     assert o.amp == "bf16" and o.lr == 1e-3 and o.betas == (0.8, 0.9)
     assert StepOptions.from_params({"amp": "fp16", "compile": True}).compile
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 2e-4)])
+def test_ten_adamw_steps_ours_vs_hf_gpt2(dtype, tol):
+    """llm.c's test_gpt2, last part: our GPT and HF GPT2LMHeadModel from the same weights, 10
+    steps of the one training step (AdamW with decay groups, clipping) on the same batches:
+    every step's loss and the final parameters agree (fp64 to 1e-10; fp32 to float rounding)."""
+    from steps.models.hf_convert import hf_to_ours_state_dict, to_hf
+
+    ours = model(seed=5, dtype=dtype)
+    hf = to_hf(ours).to(dtype)
+    init = {k: v.clone() for k, v in ours.state_dict().items()}
+    opts = StepOptions(lr=3e-3, weight_decay=0.1, grad_clip=1.0)
+    data = batches()[:2] * 5  # two batches, revisited: something to learn
+    a = run_new(ours, opts, data)
+    b = run_new(hf, opts, data)
+    assert a[-1] < a[0] and all(not torch.equal(init[k], p) for k, p in ours.state_dict().items())  # they train
+    assert max(abs(x - y) for x, y in zip(a, b)) <= tol, list(zip(a, b))
+    theirs = hf_to_ours_state_dict(hf.state_dict())
+    worst = max(float((p - theirs[k]).abs().max()) for k, p in ours.state_dict().items())
+    assert worst <= tol, worst

@@ -115,6 +115,7 @@ class TrainStep:
             self.forward, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         if opts.compile:
             self.forward = torch.compile(self.forward, mode=opts.compile_mode)
+        self.cuda_graphs = opts.compile and opts.compile_mode != "default" and device.type == "cuda"
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
@@ -160,6 +161,8 @@ class TrainStep:
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for x in micro_batches:
             x = x.to(self.device, non_blocking=True)
+            if self.cuda_graphs:  # a new iteration: the graphs may overwrite the last one's outputs
+                torch.compiler.cudagraph_mark_step_begin()
             with self.autocast():
                 out = self.forward(x, labels=x)
             probe("after forward")
