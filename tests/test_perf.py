@@ -161,13 +161,14 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     assert abs(measured["state"] / analytic["state"] - 1) < 0.10
 
 
-@pytest.mark.parametrize("attn,amp,ckpt", [("sdpa", "none", False), ("manual", "none", False),
-                                           ("sdpa", "bf16", False), ("sdpa", "none", True)])
-def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt):
+@pytest.mark.parametrize("attn,amp,ckpt,fused_ce", [("sdpa", "none", False, False), ("manual", "none", False, False),
+                                                    ("sdpa", "bf16", False, False), ("sdpa", "none", True, False),
+                                                    ("sdpa", "none", False, True), ("sdpa", "bf16", False, True)])
+def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt, fused_ce):
     from steps.perf.memory import SavedTensorMeter, analytic_memory
     from steps.perf.step import build_step
 
-    p = perf_params(attn=attn, amp=amp, checkpoint_activations=ckpt)
+    p = perf_params(attn=attn, amp=amp, checkpoint_activations=ckpt, model={**TOY, "fused_ce": fused_ce})
     ts, _ = build_step(p, torch.device("cpu"))
     x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
     meter = SavedTensorMeter(ts.model)

@@ -71,17 +71,30 @@ def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = 
     # head: ln_f input + stats, lm_head input, fp32 log-probs saved by cross-entropy; token ids
     # and shifted labels (int64)
     head = tokens * (4 * d + 8 + low * d + 4 * V) + tokens * 16
+    chunk_logits = 0
+    if getattr(cfg, "fused_ce", False):
+        # chunked linear + cross-entropy (steps/models/chunked_ce.py) saves no logits: the
+        # gradients w.r.t. its (fp32) input and the head weight, computed in forward, one
+        # (chunk, V) block of logits + fp32 softmax + its gradient alive at a time
+        from steps.models.chunked_ce import default_chunk_size
+
+        chunk = cfg.ce_chunk or default_chunk_size(tokens, V)
+        head = tokens * (4 * d + 8) + tokens * 16 + tokens * d * 4 + V * d * 4
+        chunk_logits = chunk * V * (low + 4 + 4)
     # checkpointing saves only each block's input; backward recomputes one block at a time
     saved = (L * tokens * d * 4 if checkpoint else L * layer) + head
-    weights = cfg.vocab_size * d + (0 if checkpoint else L * 12 * d * d)
+    # autocast's low-precision weight copies saved for backward: the head's (unless the chunked
+    # CE casts it itself, saving none) and the blocks' (recomputed under checkpointing)
+    weights = (0 if chunk_logits else cfg.vocab_size * d) + (0 if checkpoint else L * 12 * d * d)
     out = {"params": 4 * n, "grads": 4 * n, "optimizer": 4 * optimizer_states * n,
            "activations": saved, "activations_per_layer": layer,
            # autocast's low-precision weight copies, saved for backward next to the activations
            "autocast_weights": 2 * weights if low == 2 else 0,
-           "logits": tokens * V * low,   # returned to the caller, alive until the step ends
+           # returned to the caller, alive until the step ends (chunked CE: one chunk's, in forward)
+           "logits": chunk_logits or tokens * V * low,
            # first op of backward: cross-entropy's fp32 (B, T, V) gradients of the log-probs and
            # of the logits are alive together, while every saved activation still is
-           "loss_backward": 2 * tokens * V * 4,
+           "loss_backward": 0 if chunk_logits else 2 * tokens * V * 4,
            "recompute": layer if checkpoint else 0}   # checkpointing: one block rebuilt in backward
     out["state"] = out["params"] + out["grads"] + out["optimizer"]
     # The peak of a steady-state step (grads were set to None by zero_grad): the start of
