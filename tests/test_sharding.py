@@ -145,3 +145,115 @@ def test_jax_branching_lesson_counts_compilations():
     assert r["python_if_under_jit_fails"] == 1          # bool() of a tracer
     assert r["static_branch_compiles"] == 2             # one compile per static value (True, False)
     assert r["lax_cond_compiles"] == 1 and r["cond_matches_python"] == 1.0
+
+
+# ---- where a cell runs: GPUs counted before anything starts (no GPU needed: counts are patched) ---
+def test_torch_cell_needs_one_gpu_per_local_rank():
+    from steps.parallel.launch import NotEnoughGPUs, torch_backend
+    dp2 = plan(strategy="dp", mesh={"dp": 2})
+    assert torch_backend(dp2, "cpu", 0) == "gloo"
+    assert torch_backend(dp2, "cpu", 8) == "gloo"                 # device cpu stays on the CPU
+    assert torch_backend(dp2, "cuda", 2) == "nccl"
+    assert torch_backend(dp2, "auto", 2) == "nccl"
+    assert torch_backend(dp2, "auto", 1) == "gloo"                # auto: too few GPUs -> CPU
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 1 "):
+        torch_backend(dp2, "cuda", 1)                             # the one-GPU workstation
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 0 "):
+        torch_backend(dp2, "cuda", 0)
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
+        torch_backend(plan(strategy="dp_tp", mesh={"dp": 2, "tp": 2}), "cuda", 2)
+    nccl = plan(strategy="dp", mesh={"dp": 2}, launch={"dist_backend": "nccl"})
+    with pytest.raises(NotEnoughGPUs, match="needs 2 GPUs, found 1"):
+        torch_backend(nccl, "auto", 1)                            # NCCL is GPU-only whatever device says
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 1 GPU, found 0 "):
+        torch_backend(plan(strategy="single", mesh={}), "cuda", 0)
+    two_nodes = plan(strategy="dp", mesh={"dp": 4}, launch={"nnodes": 2, "rdzv_endpoint": "h:1"})
+    assert torch_backend(two_nodes, "cuda", 2) == "nccl"          # 2 local ranks per node
+
+
+def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
+    from steps.parallel.launch import NotEnoughGPUs, jax_env
+    p = plan(backend="jax_jit", strategy="dp_tp", mesh={"dp": 2, "tp": 2})
+    host = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    assert jax_env(p, "cpu", 8, True) == host
+    gpu = jax_env(p, "cuda", 4, True)
+    assert gpu["JAX_PLATFORMS"] == "cuda" and "XLA_FLAGS" not in gpu
+    assert jax_env(p, "auto", 8, True)["JAX_PLATFORMS"] == "cuda"
+    assert jax_env(p, "auto", 2, True) == host                    # auto: falls back to host devices
+    assert jax_env(p, "auto", 4, False) == host                   # no CUDA plugin in this jax
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
+        jax_env(p, "cuda", 2, True)
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 0 .*torch sees 4.*no CUDA plugin"):
+        jax_env(p, "cuda", 4, False)
+    lessons = plan(backend="jax_lessons", strategy="single", mesh={"devices": 4})
+    with pytest.raises(NotEnoughGPUs, match="needs 4 GPUs, found 1"):
+        jax_env(lessons, "cuda", 1, True)
+
+
+def _stage_ctx(tmp_path, device: str, **params):
+    from steps.tracking import StageRun
+    return StageRun("sharding", "t", {**TINY, **params}, {"seed": 1, "device": device, "threads": 1},
+                    tmp_path, None, log_to_mlflow=False)
+
+
+class _Launched(Exception):
+    pass
+
+
+def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
+    """torch sees n GPUs; launch records (plan, env) and stops before starting any process."""
+    import torch
+
+    from steps.parallel import launch as L
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    monkeypatch.setattr(L, "jax_has_cuda", lambda: jax_cuda, raising=False)
+    calls = []
+
+    def fake_launch(p, out, env=None):
+        calls.append((p, env))
+        raise _Launched
+    monkeypatch.setattr(L, "launch", fake_launch)
+    return calls
+
+
+@pytest.mark.parametrize("backend,strategy,mesh", [("torch_scratch", "dp", {"dp": 2}),
+                                                   ("torch_native", "pp", {"pp": 2}),
+                                                   ("jax_shard_map", "tp", {"tp": 2})])
+def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, backend, strategy, mesh):
+    """The workstation profile: device cuda, one GPU. A 2-device cell is skipped with the count,
+    before any process starts (NCCL would crash on two ranks per GPU, JAX on a too-small mesh)."""
+    from steps.sharding import run
+    from steps.tracking import SkipCell
+    calls = _patch_gpus(monkeypatch, 1)
+    with pytest.raises(SkipCell, match=r"^skipped: needs 2 GPUs, found 1 "):
+        run(_stage_ctx(tmp_path, "cuda", backend=backend, strategy=strategy, mesh=mesh, model="gpt"))
+    assert calls == []
+
+
+def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
+    from steps.sharding import run
+    calls = _patch_gpus(monkeypatch, 2)
+    with pytest.raises(_Launched):
+        run(_stage_ctx(tmp_path, "cuda", backend="torch_scratch", strategy="dp", mesh={"dp": 2}))
+    with pytest.raises(_Launched):
+        run(_stage_ctx(tmp_path, "cuda", backend="jax_jit", strategy="dp", mesh={"dp": 2}))
+    (torch_plan, torch_env), (jax_plan, env) = calls
+    assert torch_plan.launch["dist_backend"] == "nccl" and torch_env is None
+    assert env["JAX_PLATFORMS"] == "cuda"
+    calls.clear()
+    _patch_gpus(monkeypatch, 1)  # device auto on one GPU: both run on the CPU instead of skipping
+    for backend in ("torch_scratch", "jax_jit"):
+        with pytest.raises(_Launched):
+            run(_stage_ctx(tmp_path, "auto", backend=backend, strategy="dp", mesh={"dp": 2}))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="proves the no-CUDA message")
+def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
+    """Through the stage module (subprocess): device cuda on a machine without CUDA says
+    "needs 2 GPUs, found 0", not only "no CUDA", and the cell is recorded as skipped."""
+    from tests.conftest import run_stage
+    run_stage(tmp_path, "sharding", {**TINY, "backend": "torch_scratch", "strategy": "dp", "mesh": {"dp": 2}},
+              cell="dp2", common={"device": "cuda", "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}})
+    rec = json.loads((tmp_path / "results/sharding/dp2/metrics.json").read_text())
+    assert rec["status"] == "skipped" and rec["reason"].startswith("skipped: needs 2 GPUs, found 0 ")
