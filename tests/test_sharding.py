@@ -257,3 +257,60 @@ def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
               cell="dp2", common={"device": "cuda", "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}})
     rec = json.loads((tmp_path / "results/sharding/dp2/metrics.json").read_text())
     assert rec["status"] == "skipped" and rec["reason"].startswith("skipped: needs 2 GPUs, found 0 ")
+
+
+# ---- pipeline state gathered for the parity check travels on the CPU ------------------------------
+@pytest.fixture
+def gloo_world_of_one(tmp_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _record_gathers(monkeypatch) -> list:
+    """all_gather_object in a world of one, recording the device of every tensor it is handed
+    (a pickled tensor is rebuilt on that device in every receiving rank)."""
+    import torch.distributed as dist
+    sent = []
+
+    def record(parts, obj, group=None):
+        sent.append({k: v.device.type for k, v in obj.items()})
+        parts[0] = obj
+    monkeypatch.setattr(dist, "all_gather_object", record)
+    return sent
+
+
+def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch):
+    """Fake CUDA tensors (FakeTensorMode needs no GPU) stand for a stage on its rank's GPU."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from steps.parallel.mlp_init import init_mlp
+    from steps.parallel.native import NativeEngine
+    from steps.parallel.pp import PipelineMLP
+    sent = _record_gathers(monkeypatch)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        full = {k: torch.empty(v.shape, device="cuda") for k, v in init_mlp(dim=4, hidden=8, layers=2, seed=0).items()}
+        scratch = PipelineMLP(full).full_state("param")
+        native = NativeEngine.__new__(NativeEngine)  # only what full_state reads of a pp engine
+        native.plan, native.world = plan(backend="torch_native", strategy="pp", mesh={"pp": 2}), 1
+        native.ref_model = torch.nn.ParameterDict({"weight": torch.empty(3, 4, device="cuda"),
+                                                   "bias": torch.empty(3, device="cuda")})
+        native.stage_names = ["weight", "bias"]
+        gathered = native.full_state("param")
+    assert sent == [{k: "cpu" for k in full}, {"weight": "cpu", "bias": "cpu"}]
+    assert {v.device.type for v in [*scratch.values(), *gathered.values()]} == {"cpu"}
+    assert set(scratch) == set(full) and scratch["0.w1"].shape == (8, 4)
+
+
+def test_parity_compares_a_cpu_state_with_a_gpu_reference():
+    """The gathered pipeline state (CPU) against rank 0's reference (its GPU under NCCL)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from steps.parallel.worker import abs_diff
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
+    assert d.device.type == "cpu" and d.dtype == torch.float64 and d.shape == (3, 2)
+    assert float(abs_diff(torch.zeros(2), torch.tensor([1.0, -3.0])).max()) == 3.0

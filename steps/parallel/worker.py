@@ -115,12 +115,18 @@ def state_bytes(params, opt) -> dict:
             "optim": local_bytes(moments)}
 
 
+def abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in float64 on the CPU: a gathered pipeline state is on the CPU (comm.gather_state)
+    while the reference and the other engines' states stay on this rank's GPU under NCCL."""
+    return (a.detach().double().cpu() - b.detach().double().cpu()).abs()
+
+
 def max_delta(a: dict, b: dict) -> tuple[float, str]:
     """Largest |a - b| over all tensors, and the tensor it is in."""
     missing = set(a) ^ set(b)
     if missing:
         raise RuntimeError(f"parity: names differ between sharded and reference state: only sharded {sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}")
-    return max((float((a[k].double() - b[k].double()).abs().max()), k) for k in a)
+    return max((float(abs_diff(a[k], b[k]).max()), k) for k in a)
 
 
 def maybe_fault(plan: Plan, rank: int, step: int) -> None:
