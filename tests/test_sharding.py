@@ -314,3 +314,28 @@ def test_parity_compares_a_cpu_state_with_a_gpu_reference():
         d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
     assert d.device.type == "cpu" and d.dtype == torch.float64 and d.shape == (3, 2)
     assert float(abs_diff(torch.zeros(2), torch.tensor([1.0, -3.0])).max()) == 3.0
+
+
+@pytest.mark.parametrize("on_gpu", [True, False], ids=["cuda", "cpu"])
+def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeypatch, tmp_path, on_gpu):
+    """A rank's step_s (tokens/s) under NCCL: the clock is read after the GPU has finished the
+    step's kernels and collectives. The GPU is modelled: synchronize() takes 0.25 s of clock."""
+    import types
+
+    import torch
+
+    from steps.parallel import worker
+    clock = types.SimpleNamespace(t=0.0, syncs=0)
+
+    def synchronize(device=None):
+        if not on_gpu:
+            raise AssertionError("synchronize() on a CPU rank")
+        clock.t += 0.25
+        clock.syncs += 1
+    monkeypatch.setattr(worker, "time", types.SimpleNamespace(perf_counter=lambda: clock.t))
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    if on_gpu:  # what main() sets under NCCL (the tensors stay on the CPU here)
+        monkeypatch.setattr(torch, "get_default_device", lambda: torch.device("cuda", 0))
+    rec = worker.run(plan(strategy="dp", mesh={"dp": 1}, steps=2), tmp_path)
+    assert rec["step_s"] == ([0.25, 0.25] if on_gpu else [0.0, 0.0])
+    assert clock.syncs == (4 if on_gpu else 0) and rec["dparam"] <= 1e-6

@@ -129,6 +129,13 @@ def max_delta(a: dict, b: dict) -> tuple[float, str]:
     return max((float(abs_diff(a[k], b[k]).max()), k) for k in a)
 
 
+def device_sync() -> None:
+    """Wait for this rank's GPU before reading the clock: kernels and NCCL collectives run
+    asynchronously, so without it a step's time is the time to launch it. No-op on the CPU."""
+    if torch.get_default_device().type == "cuda":  # main() sets it under NCCL
+        torch.cuda.synchronize()
+
+
 def maybe_fault(plan: Plan, rank: int, step: int) -> None:
     """Deliberate failure for the launcher's fail-fast test: a rank that exits or hangs."""
     f = plan.fault
@@ -161,6 +168,7 @@ def run(plan: Plan, out: Path) -> dict:
         maybe_fault(plan, rank, step)
         batch = engine.batch(step, dtype)
         dist.barrier()
+        device_sync()
         counter.reset()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -170,6 +178,7 @@ def run(plan: Plan, out: Path) -> dict:
         else:
             loss = engine.train_step(batch)
         opt.step()
+        device_sync()
         rec["step_s"].append(time.perf_counter() - t0)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
