@@ -163,7 +163,7 @@ def test_torch_cell_needs_one_gpu_per_local_rank():
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
         torch_backend(plan(strategy="dp_tp", mesh={"dp": 2, "tp": 2}), "cuda", 2)
     nccl = plan(strategy="dp", mesh={"dp": 2}, launch={"dist_backend": "nccl"})
-    with pytest.raises(NotEnoughGPUs, match="needs 2 GPUs, found 1"):
+    with pytest.raises(NotEnoughGPUs, match="needs 2 GPUs, found 1 .*dist_backend gloo and device auto"):
         torch_backend(nccl, "auto", 1)                            # NCCL is GPU-only whatever device says
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 1 GPU, found 0 "):
         torch_backend(plan(strategy="single", mesh={}), "cuda", 0)

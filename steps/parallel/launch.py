@@ -80,8 +80,9 @@ def torch_backend(plan: Plan, device: str, n_gpus: int) -> str:
     if device == "auto" and asked != "nccl":
         return "gloo"  # auto: a cell that does not fit on the GPUs runs on the CPU
     why = "launch.dist_backend nccl" if asked == "nccl" and device != "cuda" else "device cuda"
+    fix = "launch.dist_backend gloo and device auto run" if asked == "nccl" else "device auto runs"
     raise NotEnoughGPUs(f"skipped: needs {_gpus(need)}, found {n_gpus} ({why}: one GPU per rank of mesh "
-                        f"{plan.mesh_str}, NCCL runs no two ranks on one GPU; device auto runs it on the CPU)")
+                        f"{plan.mesh_str}, NCCL runs no two ranks on one GPU; {fix} it on the CPU)")
 
 
 def jax_env(plan: Plan, device: str, n_gpus: int, jax_cuda: bool) -> dict:
