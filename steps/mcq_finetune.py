@@ -34,7 +34,7 @@ def run(ctx: StageRun) -> dict:
     from steps.mcq.features import MultipleChoiceCollator
     from steps.mcq.metrics import compute_metrics
     from steps.mcq.model import load
-    from steps.mcq.train import keep_only_best, make_trainer_classes, to_datasets, training_args
+    from steps.mcq.train import keep_only_best, make_trainer_classes, peak_dtype, to_datasets, training_args
 
     p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
     ctx.seed_everything()  # the untrained head's init depends on it
@@ -56,8 +56,7 @@ def run(ctx: StageRun) -> dict:
     metrics = {"chance_map3": CHANCE_MAP3, "params": sum(t.numel() for t in model.parameters()),
                **{f"n_{k}": len(v) for k, v in ds.items()}}
     if train:
-        peak = matmul_peak_flops("bfloat16" if precision == "bf16" else "float32", device.type,
-                                 n=p["peak_matmul_size"])
+        peak = matmul_peak_flops(peak_dtype(precision), device.type, n=p["peak_matmul_size"])
         result = trainer.train()
         metrics.update(train_loss=result.training_loss, train_runtime_s=result.metrics["train_runtime"])
         metrics.update(throughput(trainer, meter, model, peak))

@@ -1,8 +1,10 @@
 """Stage `sharding`: one parallelism plan per cell, run as real processes, checked against one device.
 
 Each cell is a descriptive plan (steps/parallel/plan.py: mesh, strategy, schedule, backend, model).
-Torch cells run `torchrun --nproc_per_node N -m steps.parallel.worker` (gloo on CPU, NCCL on CUDA);
-JAX cells a subprocess with N host devices. This job owns the cell's one MLflow run: it gathers
+Torch cells run `torchrun --nproc_per_node N -m steps.parallel.worker` (gloo on CPU, NCCL on CUDA:
+one GPU per rank); JAX cells a subprocess with N host devices, or N GPUs under device cuda. A cell
+needing more GPUs than the node has is skipped ("needs N GPUs, found M"); device auto runs it on
+the CPU instead (steps/parallel/launch.py). This job owns the cell's one MLflow run: it gathers
 every rank's JSON and logs parity (loss, gradients, parameters after K steps), tokens/s, per-rank
 state bytes and communication bytes against the analytic model, and the pipeline bubble.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from steps.tracking import InputError, stage_main
+from steps.tracking import InputError, SkipCell, stage_main
 
 REPORT_COLUMNS = {
     "backend": "info.backend",
@@ -98,8 +100,25 @@ def bar_charts(df, metrics: dict, title: str):
     return fig
 
 
+def placement(plan, device: str, n_gpus: int, jax_cuda: bool):
+    """(plan with its torch process-group backend, env of a JAX cell's process) for `device` on a
+    node with n_gpus GPUs; a cell needing more GPUs than that is skipped with
+    "skipped: needs N GPUs, found M" (steps/parallel/launch.py says where each cell runs)."""
+    from steps.parallel.launch import NotEnoughGPUs, jax_env, torch_backend
+    from steps.parallel.plan import Plan
+    try:
+        if plan.backend.startswith("jax"):
+            return plan, jax_env(plan, device, n_gpus, jax_cuda)
+        backend = torch_backend(plan, device, n_gpus)
+    except NotEnoughGPUs as exc:
+        raise SkipCell(str(exc)) from None
+    if backend != plan.launch.get("dist_backend", "gloo"):
+        plan = Plan.from_params({**plan.to_dict(), "launch": {**plan.launch, "dist_backend": backend}})
+    return plan, None
+
+
 def run(ctx) -> dict:
-    from steps.parallel.launch import launch
+    from steps.parallel.launch import cuda_gpus, jax_has_cuda, launch
     from steps.parallel.plan import Plan, PlanError
 
     params = dict(ctx.params)
@@ -107,11 +126,16 @@ def run(ctx) -> dict:
         plan = Plan.from_params({**params, "seed": ctx.seed})
     except PlanError as exc:
         raise InputError(f"cell {ctx.cell}: {exc}") from None
-    if ctx.common.get("device") in ("cuda", "auto") and plan.backend.startswith("torch"):
-        if ctx.device.type == "cuda":  # raises SkipCell("skipped: no CUDA") for a cuda config here
-            plan = Plan.from_params({**plan.to_dict(), "launch": {**plan.launch, "dist_backend": "nccl"}})
+    device = ctx.common.get("device", "cpu")
+    gpu_possible = device != "cpu" or plan.launch.get("dist_backend") == "nccl"  # cpu: no torch import
+    # counted here rather than through ctx.device: "needs 2 GPUs, found 0" says more than "no CUDA"
+    plan, env = placement(plan, device, cuda_gpus() if gpu_possible else 0,
+                          plan.backend.startswith("jax") and gpu_possible and jax_has_cuda())
+    on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.get("dist_backend") == "nccl")
+    ctx.info["placement"] = (f"{plan.world} GPU(s), " if on_gpu else "CPU, ") + (
+        "JAX" if plan.backend.startswith("jax") else plan.launch.get("dist_backend", "gloo"))
     ctx.set_tag("plan", plan.to_dict())
-    ranks = launch(plan, ctx.out / "ranks")
+    ranks = launch(plan, ctx.out / "ranks", env)
     if plan.backend == "jax_lessons":
         return lessons_metrics(ctx, ranks[0])
     m = summarize(plan, ranks)
@@ -130,7 +154,7 @@ def run(ctx) -> dict:
                     parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
                     notes=notes(plan, m, ranks[0]), worst_param=ranks[0].get("dparam_where", ""))
     cores = params.get("job_threads") or ctx.threads
-    if cores and cores < plan.world:  # the scheduler may run another cell beside this one
+    if cores and cores < plan.world and not on_gpu:  # the scheduler may run another cell beside this one
         ctx.info["notes"] += f"; {plan.world} ranks on {cores} reserved core(s): tokens/s not timing-grade"
     return m
 

@@ -95,3 +95,19 @@ def test_pretrained_cell_skips_without_cuda(tmp_path):
     run_stage(tmp_path, "gpt_parity", params, cell="gpt2")
     rec = json.loads((tmp_path / "results/gpt_parity/gpt2/metrics.json").read_text())
     assert rec["status"] == "skipped" and "CUDA" in rec["reason"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_from_hf_builds_on_the_hf_models_device_and_dtype(dtype):
+    """gpt_parity moves the HF model (and the ids) to CUDA: our copy must be built there too, not
+    on the CPU. The meta device stands in for CUDA here: a CPU-built model cannot take meta weights."""
+    with torch.device("meta"):
+        hf = GPT2LMHeadModel(GPT2Config(bos_token_id=None, eos_token_id=None, **CONFIGS["odd"])).to(dtype)
+    ours = from_hf(hf)
+    tensors = dict(ours.named_parameters()) | dict(ours.named_buffers())
+    assert tensors and {t.device.type for t in tensors.values()} == {"meta"}
+    assert {t.dtype for t in ours.parameters()} == {dtype}
+    assert ours.lm_head.weight is ours.transformer.wte.weight  # still tied after loading
+    back = to_hf(ours)
+    assert {t.device.type for t in back.state_dict().values()} == {"meta"}
+    assert {t.dtype for t in back.parameters()} == {dtype}

@@ -186,3 +186,69 @@ def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
               cell="zero_shot_no_context", common={"tracking": {"uri": None}})
     rec = json.loads((tmp_path / "scored/results/mcq_finetune/zero_shot_no_context/metrics.json").read_text())
     assert "test_map3" in rec["metrics"] and "validation_map3" not in rec["metrics"]
+
+
+class _GpuClock:
+    """A host clock and a GPU queue: launching work costs the host little, synchronize() waits
+    until the queued work has run (the clock moves on by it)."""
+    def __init__(self):
+        self.t, self.queued, self.syncs = 0.0, 0.0, 0
+
+    def __call__(self):
+        return self.t
+
+    def launch(self, host_s: float, gpu_s: float):
+        self.t += host_s
+        self.queued += gpu_s
+
+    def synchronize(self, device=None):
+        self.t, self.queued, self.syncs = self.t + self.queued, 0.0, self.syncs + 1
+
+
+def test_throughput_waits_for_the_gpu_at_both_ends_of_a_step(monkeypatch):
+    import types
+
+    import torch
+
+    from steps.mcq import train
+    gpu = _GpuClock()
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=gpu))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", gpu.synchronize)
+    model = types.SimpleNamespace(device=torch.device("cuda", 0))  # an HF model on the GPU
+    meter = train.make_trainer_classes()[0]()
+    for _ in range(2):
+        gpu.launch(0.0, 0.3)                    # an evaluation's tail still running on the GPU
+        meter.on_step_begin(None, None, None, model=model)
+        gpu.launch(0.01, 0.5)                   # the step: 10 ms to launch, 500 ms of kernels
+        meter.on_step_end(None, None, None, model=model)
+    assert meter.step_time == pytest.approx(2 * 0.51)   # unsynchronised: 2 x 0.01 (or 0.31)
+    assert gpu.syncs == 4
+
+
+def test_throughput_does_not_synchronise_a_cpu_model(monkeypatch):
+    import types
+
+    import torch
+
+    from steps.mcq import train
+
+    def no_sync(device=None):
+        raise AssertionError("synchronize() for a model on the CPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, a CPU cell
+    monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
+    gpu = _GpuClock()
+    monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=gpu))
+    meter = train.make_trainer_classes()[0]()
+    meter.on_step_begin(None, None, None, model=torch.nn.Linear(2, 2))
+    gpu.launch(0.25, 0.0)
+    meter.on_step_end(None, None, None, model=torch.nn.Linear(2, 2))
+    assert meter.step_time == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")])
+def test_mfu_peak_is_the_matmul_peak_of_the_training_dtype(precision, dtype):
+    from steps.mcq.train import peak_dtype
+    assert peak_dtype(precision) == dtype
+    with pytest.raises(ValueError, match="precision 'auto'"):
+        peak_dtype("auto")  # resolved by training_args before the peak is measured

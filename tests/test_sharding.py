@@ -145,3 +145,197 @@ def test_jax_branching_lesson_counts_compilations():
     assert r["python_if_under_jit_fails"] == 1          # bool() of a tracer
     assert r["static_branch_compiles"] == 2             # one compile per static value (True, False)
     assert r["lax_cond_compiles"] == 1 and r["cond_matches_python"] == 1.0
+
+
+# ---- where a cell runs: GPUs counted before anything starts (no GPU needed: counts are patched) ---
+def test_torch_cell_needs_one_gpu_per_local_rank():
+    from steps.parallel.launch import NotEnoughGPUs, torch_backend
+    dp2 = plan(strategy="dp", mesh={"dp": 2})
+    assert torch_backend(dp2, "cpu", 0) == "gloo"
+    assert torch_backend(dp2, "cpu", 8) == "gloo"                 # device cpu stays on the CPU
+    assert torch_backend(dp2, "cuda", 2) == "nccl"
+    assert torch_backend(dp2, "auto", 2) == "nccl"
+    assert torch_backend(dp2, "auto", 1) == "gloo"                # auto: too few GPUs -> CPU
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 1 "):
+        torch_backend(dp2, "cuda", 1)                             # the one-GPU workstation
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 0 "):
+        torch_backend(dp2, "cuda", 0)
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
+        torch_backend(plan(strategy="dp_tp", mesh={"dp": 2, "tp": 2}), "cuda", 2)
+    nccl = plan(strategy="dp", mesh={"dp": 2}, launch={"dist_backend": "nccl"})
+    with pytest.raises(NotEnoughGPUs, match="needs 2 GPUs, found 1 .*dist_backend gloo and device auto"):
+        torch_backend(nccl, "auto", 1)                            # NCCL is GPU-only whatever device says
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 1 GPU, found 0 "):
+        torch_backend(plan(strategy="single", mesh={}), "cuda", 0)
+    two_nodes = plan(strategy="dp", mesh={"dp": 4}, launch={"nnodes": 2, "rdzv_endpoint": "h:1"})
+    assert torch_backend(two_nodes, "cuda", 2) == "nccl"          # 2 local ranks per node
+
+
+def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
+    from steps.parallel.launch import NotEnoughGPUs, jax_env
+    p = plan(backend="jax_jit", strategy="dp_tp", mesh={"dp": 2, "tp": 2})
+    host = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    assert jax_env(p, "cpu", 8, True) == host
+    gpu = jax_env(p, "cuda", 4, True)
+    assert gpu["JAX_PLATFORMS"] == "cuda" and "XLA_FLAGS" not in gpu
+    assert jax_env(p, "auto", 8, True)["JAX_PLATFORMS"] == "cuda"
+    assert jax_env(p, "auto", 2, True) == host                    # auto: falls back to host devices
+    assert jax_env(p, "auto", 4, False) == host                   # no CUDA plugin in this jax
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
+        jax_env(p, "cuda", 2, True)
+    with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 0 .*torch sees 4.*no CUDA plugin"):
+        jax_env(p, "cuda", 4, False)
+    lessons = plan(backend="jax_lessons", strategy="single", mesh={"devices": 4})
+    with pytest.raises(NotEnoughGPUs, match="needs 4 GPUs, found 1"):
+        jax_env(lessons, "cuda", 1, True)
+
+
+def _stage_ctx(tmp_path, device: str, **params):
+    from steps.tracking import StageRun
+    return StageRun("sharding", "t", {**TINY, **params}, {"seed": 1, "device": device, "threads": 1},
+                    tmp_path, None, log_to_mlflow=False)
+
+
+class _Launched(Exception):
+    pass
+
+
+def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
+    """torch sees n GPUs; launch records (plan, env) and stops before starting any process."""
+    import torch
+
+    from steps.parallel import launch as L
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    monkeypatch.setattr(L, "jax_has_cuda", lambda: jax_cuda, raising=False)
+    calls = []
+
+    def fake_launch(p, out, env=None):
+        calls.append((p, env))
+        raise _Launched
+    monkeypatch.setattr(L, "launch", fake_launch)
+    return calls
+
+
+@pytest.mark.parametrize("backend,strategy,mesh", [("torch_scratch", "dp", {"dp": 2}),
+                                                   ("torch_native", "pp", {"pp": 2}),
+                                                   ("jax_shard_map", "tp", {"tp": 2})])
+def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, backend, strategy, mesh):
+    """The workstation profile: device cuda, one GPU. A 2-device cell is skipped with the count,
+    before any process starts (NCCL would crash on two ranks per GPU, JAX on a too-small mesh)."""
+    from steps.sharding import run
+    from steps.tracking import SkipCell
+    calls = _patch_gpus(monkeypatch, 1)
+    with pytest.raises(SkipCell, match=r"^skipped: needs 2 GPUs, found 1 "):
+        run(_stage_ctx(tmp_path, "cuda", backend=backend, strategy=strategy, mesh=mesh, model="gpt"))
+    assert calls == []
+
+
+def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
+    from steps.sharding import run
+    calls = _patch_gpus(monkeypatch, 2)
+    with pytest.raises(_Launched):
+        run(_stage_ctx(tmp_path, "cuda", backend="torch_scratch", strategy="dp", mesh={"dp": 2}))
+    with pytest.raises(_Launched):
+        run(_stage_ctx(tmp_path, "cuda", backend="jax_jit", strategy="dp", mesh={"dp": 2}))
+    (torch_plan, torch_env), (jax_plan, env) = calls
+    assert torch_plan.launch["dist_backend"] == "nccl" and torch_env is None
+    assert env["JAX_PLATFORMS"] == "cuda"
+    calls.clear()
+    _patch_gpus(monkeypatch, 1)  # device auto on one GPU: both run on the CPU instead of skipping
+    for backend in ("torch_scratch", "jax_jit"):
+        with pytest.raises(_Launched):
+            run(_stage_ctx(tmp_path, "auto", backend=backend, strategy="dp", mesh={"dp": 2}))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="proves the no-CUDA message")
+def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
+    """Through the stage module (subprocess): device cuda on a machine without CUDA says
+    "needs 2 GPUs, found 0", not only "no CUDA", and the cell is recorded as skipped."""
+    from tests.conftest import run_stage
+    run_stage(tmp_path, "sharding", {**TINY, "backend": "torch_scratch", "strategy": "dp", "mesh": {"dp": 2}},
+              cell="dp2", common={"device": "cuda", "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}})
+    rec = json.loads((tmp_path / "results/sharding/dp2/metrics.json").read_text())
+    assert rec["status"] == "skipped" and rec["reason"].startswith("skipped: needs 2 GPUs, found 0 ")
+
+
+# ---- pipeline state gathered for the parity check travels on the CPU ------------------------------
+@pytest.fixture
+def gloo_world_of_one(tmp_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _record_gathers(monkeypatch) -> list:
+    """all_gather_object in a world of one, recording the device of every tensor it is handed
+    (a pickled tensor is rebuilt on that device in every receiving rank)."""
+    import torch.distributed as dist
+    sent = []
+
+    def record(parts, obj, group=None):
+        sent.append({k: v.device.type for k, v in obj.items()})
+        parts[0] = obj
+    monkeypatch.setattr(dist, "all_gather_object", record)
+    return sent
+
+
+def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch):
+    """Fake CUDA tensors (FakeTensorMode needs no GPU) stand for a stage on its rank's GPU."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from steps.parallel.mlp_init import init_mlp
+    from steps.parallel.native import NativeEngine
+    from steps.parallel.pp import PipelineMLP
+    sent = _record_gathers(monkeypatch)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        full = {k: torch.empty(v.shape, device="cuda") for k, v in init_mlp(dim=4, hidden=8, layers=2, seed=0).items()}
+        scratch = PipelineMLP(full).full_state("param")
+        native = NativeEngine.__new__(NativeEngine)  # only what full_state reads of a pp engine
+        native.plan, native.world = plan(backend="torch_native", strategy="pp", mesh={"pp": 2}), 1
+        native.ref_model = torch.nn.ParameterDict({"weight": torch.empty(3, 4, device="cuda"),
+                                                   "bias": torch.empty(3, device="cuda")})
+        native.stage_names = ["weight", "bias"]
+        gathered = native.full_state("param")
+    assert sent == [{k: "cpu" for k in full}, {"weight": "cpu", "bias": "cpu"}]
+    assert {v.device.type for v in [*scratch.values(), *gathered.values()]} == {"cpu"}
+    assert set(scratch) == set(full) and scratch["0.w1"].shape == (8, 4)
+
+
+def test_parity_compares_a_cpu_state_with_a_gpu_reference():
+    """The gathered pipeline state (CPU) against rank 0's reference (its GPU under NCCL)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from steps.parallel.worker import abs_diff
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
+    assert d.device.type == "cpu" and d.dtype == torch.float64 and d.shape == (3, 2)
+    assert float(abs_diff(torch.zeros(2), torch.tensor([1.0, -3.0])).max()) == 3.0
+
+
+@pytest.mark.parametrize("on_gpu", [True, False], ids=["cuda", "cpu"])
+def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeypatch, tmp_path, on_gpu):
+    """A rank's step_s (tokens/s) under NCCL: the clock is read after the GPU has finished the
+    step's kernels and collectives. The GPU is modelled: synchronize() takes 0.25 s of clock."""
+    import types
+
+    import torch
+
+    from steps.parallel import worker
+    clock = types.SimpleNamespace(t=0.0, syncs=0)
+
+    def synchronize(device=None):
+        if not on_gpu:
+            raise AssertionError("synchronize() on a CPU rank")
+        clock.t += 0.25
+        clock.syncs += 1
+    monkeypatch.setattr(worker, "time", types.SimpleNamespace(perf_counter=lambda: clock.t))
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    if on_gpu:  # what main() sets under NCCL (the tensors stay on the CPU here)
+        monkeypatch.setattr(torch, "get_default_device", lambda: torch.device("cuda", 0))
+    rec = worker.run(plan(strategy="dp", mesh={"dp": 1}, steps=2), tmp_path)
+    assert rec["step_s"] == ([0.25, 0.25] if on_gpu else [0.0, 0.0])
+    assert clock.syncs == (4 if on_gpu else 0) and rec["dparam"] <= 1e-6

@@ -42,19 +42,46 @@ def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, m
     return DatasetDict(out), rows
 
 
+def sync_if_cuda(model) -> None:
+    """Wait for the work queued on the model's GPU. CUDA kernels run asynchronously: without this
+    a clock read at the end of a step sees when its kernels were launched, not when they ran, and
+    one read at its start charges the previous evaluation's tail to the step. No-op on the CPU."""
+    import torch
+
+    if model is None or not torch.cuda.is_available():
+        return
+    device = getattr(model, "device", None)  # HF models have one; else the first parameter's
+    if not isinstance(device, torch.device):
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_dtype(precision: str) -> str:
+    """The dtype the Trainer's matmuls run in for a resolved precision (fp32 | fp16 | bf16): the
+    MFU denominator is that dtype's matmul peak (fp16/bf16 tensor cores are ~15x fp32 on an H100)."""
+    try:
+        return {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[precision]
+    except KeyError:
+        raise ValueError(f"precision {precision!r}: expected fp32, fp16 or bf16") from None
+
+
 def make_trainer_classes():
     """Defined lazily so importing this module does not import transformers."""
     from transformers import Trainer, TrainerCallback
 
     class Throughput(TrainerCallback):
-        """Wall time of optimizer steps only (no evaluation or checkpointing in it)."""
+        """Wall time of optimizer steps only (no evaluation or checkpointing in it); on a GPU the
+        clock is read after the queued work has finished (sync_if_cuda)."""
         def __init__(self):
             self.step_time, self.t0 = 0.0, None
 
-        def on_step_begin(self, args, state, control, **kw):
+        def on_step_begin(self, args, state, control, model=None, **kw):
+            sync_if_cuda(model)
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            sync_if_cuda(model)
             self.step_time += time.perf_counter() - self.t0
 
     class ToStageRun(TrainerCallback):

@@ -83,9 +83,11 @@ def ours_to_hf_state_dict(sd: dict) -> dict:
 
 
 def from_hf(hf_model) -> GPTLMHeadModel:
-    """Our GPTLMHeadModel with the weights (and dtype) of an HF GPT2LMHeadModel."""
-    dtype = next(hf_model.parameters()).dtype
-    model = GPTLMHeadModel(config_from_hf(hf_model.config)).to(dtype)
+    """Our GPTLMHeadModel with the weights, dtype and device of an HF GPT2LMHeadModel (built on
+    that device: an HF model on CUDA gives ours on the same GPU, where the caller's ids are)."""
+    ref = next(hf_model.parameters())
+    with torch.device(ref.device):
+        model = GPTLMHeadModel(config_from_hf(hf_model.config)).to(ref.dtype)
     model.load_state_dict(hf_to_ours_state_dict(hf_model.state_dict()), strict=True)
     return model
 
@@ -93,8 +95,9 @@ def from_hf(hf_model) -> GPTLMHeadModel:
 def to_hf(model: GPTLMHeadModel):
     from transformers import GPT2LMHeadModel
 
-    dtype = next(model.parameters()).dtype
-    hf = GPT2LMHeadModel(hf_config_from_ours(model.config)).to(dtype)
+    ref = next(model.parameters())  # same dtype and device as ours
+    with torch.device(ref.device):
+        hf = GPT2LMHeadModel(hf_config_from_ours(model.config)).to(ref.dtype)
     missing, unexpected = hf.load_state_dict(ours_to_hf_state_dict(model.state_dict()), strict=False)
     bad = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias"))] + unexpected
     if bad:

@@ -81,6 +81,17 @@ def recv(t: torch.Tensor, src: int) -> torch.Tensor:
     return t
 
 
+def gather_state(local: dict[str, torch.Tensor], group=None) -> dict[str, torch.Tensor]:
+    """Every rank's {name: tensor} merged on every rank, for the parity check (not counted).
+    all_gather_object pickles, and a pickled CUDA tensor is rebuilt on the device it left: rank 0
+    would receive rank 1's stage on cuda:1 (a CUDA context on another rank's GPU, then tensors on
+    two devices in one comparison). The payload goes to the CPU first; callers compare on the CPU."""
+    payload = {k: v.detach().cpu() for k, v in local.items()}
+    parts = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, payload, group=group)
+    return {k: v for p in parts for k, v in p.items()}
+
+
 # ---- native code: count the ops the process group receives -----------------------------------
 def _group_size(args, default: int) -> int:
     for a in args:

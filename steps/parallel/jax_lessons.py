@@ -1,4 +1,5 @@
-"""The seed's JAX lessons as measurements (run inside the jax_mlp subprocess, N host devices):
+"""The seed's JAX lessons as measurements (run inside the jax_mlp subprocess, on N host devices or
+N GPUs as launch.jax_env decides):
 
   jit      the same MLP loss eager (op by op) vs jax.jit (one fused XLA program)
   branch   Python `if` on a traced value fails under jit; branching on a static argument
@@ -99,8 +100,9 @@ def run(plan: Plan, out: Path) -> dict:
     rec = {"rank": 0, "world": plan.world, "mesh": plan.mesh_str}
     rec.update(jit_speedup(plan))
     rec.update(branching())
-    (out / "sharding_lessons.txt").write_text(sharding_text(len(jax.devices())))
-    rec["devices"] = len(jax.devices())
+    n = min(plan.world, len(jax.devices()))  # the mesh's devices, not every visible GPU
+    (out / "sharding_lessons.txt").write_text(sharding_text(n))
+    rec["devices"], rec["platform"] = n, jax.default_backend()
     rec["notes"] = (f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
                     f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
                     f"{rec['lax_cond_compiles']}×")

@@ -1,4 +1,8 @@
-"""The same plan in JAX, on N host devices (the launcher sets XLA_FLAGS before this imports jax).
+"""The same plan in JAX, on N devices: N CPU host devices or N GPUs, as launch.jax_env decides
+(it sets JAX_PLATFORMS, and XLA_FLAGS for host devices, before this imports jax: under device
+cuda a cell runs on the first N GPUs and is skipped when there are fewer; device auto falls back
+to CPU host devices). On GPUs fp32 matmuls run at "highest" precision: XLA's default there is
+TF32, whose ~1e-3 rounding would swamp the 1e-5 parity check.
 
   jax_jit       the unsharded step + NamedSharding on params, optimizer state and batch; GSPMD
                 inserts the collectives (the AXLearn style: the plan is only shardings)
@@ -13,22 +17,19 @@ against the unsharded JAX step (same weights, batches) and across backends again
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import AxisType, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-from steps.parallel import analytic as A  # noqa: E402
-from steps.parallel.mlp_init import PARAM_NAMES, init_mlp, make_batch  # noqa: E402
-from steps.parallel.plan import Plan, plan_from_argv  # noqa: E402
+from steps.parallel import analytic as A
+from steps.parallel.mlp_init import PARAM_NAMES, init_mlp, make_batch
+from steps.parallel.plan import Plan, plan_from_argv
 
 # strategy -> PartitionSpec per parameter kind; FSDP shards every tensor on top of TP
 SPECS = {
@@ -280,7 +281,8 @@ def run(plan: Plan, out: Path) -> dict:
         "state_bytes": {"params": dev_p[worst], "grads": dev_g[worst], "optim": dev_o[worst]},
         "analytic": model.analytic(plan, {k: int(v.size) for k, v in final.items()}),
         "peak_rss_bytes": _peak_rss(),
-        "notes": "HLO collectives " + ", ".join(f"{k}×{v}" for k, v in calls.items()),
+        "notes": f"{plan.world} {jax.default_backend()} device(s); HLO collectives "
+                 + ", ".join(f"{k}×{v}" for k, v in calls.items()),
     }
 
 
@@ -293,6 +295,8 @@ def main() -> None:
     plan, out = plan_from_argv()
     if plan.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
+    if jax.default_backend() == "gpu":  # TF32 by default there: full fp32 for the parity check
+        jax.config.update("jax_default_matmul_precision", "highest")
     if plan.backend == "jax_lessons":
         from steps.parallel.jax_lessons import run as lessons
         rec = lessons(plan, out)

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from steps.parallel import analytic as A
+from steps.parallel import comm
 from steps.parallel.plan import Plan
 
 
@@ -195,11 +196,9 @@ class NativeEngine:
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         def pick(p):
             return full_tensor(p if kind == "param" else p.grad)
-        if self.plan.strategy == "pp":
+        if self.plan.strategy == "pp":  # every stage's tensors, gathered on the CPU
             mine = dict(self.ref_model.named_parameters())
-            parts = [None] * self.world
-            dist.all_gather_object(parts, {k: pick(mine[k]) for k in self.stage_names})
-            return {k: v for p in parts for k, v in p.items()}
+            return comm.gather_state({k: pick(mine[k]) for k in self.stage_names})
         model = self.model.module if hasattr(self.model, "module") else self.model
         return {k: pick(p) for k, p in model.named_parameters()}
 
@@ -222,7 +221,7 @@ class _GPTStage(torch.nn.Module):
 
     def forward(self, x):
         if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1]))
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x)) if self.last else x

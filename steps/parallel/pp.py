@@ -82,6 +82,5 @@ class PipelineMLP(nn.Module):
 
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
-        parts = [None] * self.size
-        dist.all_gather_object(parts, self.stage.named_full(kind))
-        return {k: v for p in parts for k, v in p.items()}
+        """Every stage's tensors (on the CPU: see comm.gather_state), for the parity check."""
+        return comm.gather_state(self.stage.named_full(kind))

@@ -115,12 +115,25 @@ def state_bytes(params, opt) -> dict:
             "optim": local_bytes(moments)}
 
 
+def abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in float64 on the CPU: a gathered pipeline state is on the CPU (comm.gather_state)
+    while the reference and the other engines' states stay on this rank's GPU under NCCL."""
+    return (a.detach().double().cpu() - b.detach().double().cpu()).abs()
+
+
 def max_delta(a: dict, b: dict) -> tuple[float, str]:
     """Largest |a - b| over all tensors, and the tensor it is in."""
     missing = set(a) ^ set(b)
     if missing:
         raise RuntimeError(f"parity: names differ between sharded and reference state: only sharded {sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}")
-    return max((float((a[k].double() - b[k].double()).abs().max()), k) for k in a)
+    return max((float(abs_diff(a[k], b[k]).max()), k) for k in a)
+
+
+def device_sync() -> None:
+    """Wait for this rank's GPU before reading the clock: kernels and NCCL collectives run
+    asynchronously, so without it a step's time is the time to launch it. No-op on the CPU."""
+    if torch.get_default_device().type == "cuda":  # main() sets it under NCCL
+        torch.cuda.synchronize()
 
 
 def maybe_fault(plan: Plan, rank: int, step: int) -> None:
@@ -155,6 +168,7 @@ def run(plan: Plan, out: Path) -> dict:
         maybe_fault(plan, rank, step)
         batch = engine.batch(step, dtype)
         dist.barrier()
+        device_sync()
         counter.reset()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -164,6 +178,7 @@ def run(plan: Plan, out: Path) -> dict:
         else:
             loss = engine.train_step(batch)
         opt.step()
+        device_sync()
         rec["step_s"].append(time.perf_counter() - t0)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
