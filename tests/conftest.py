@@ -21,6 +21,8 @@ def clean_env() -> dict:
     env.pop("MLFLOW_TRACKING_URI", None)
     # rules run `python -m steps...`: make that the interpreter running the tests
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    # ... and this checkout's `steps` the package they run (not another checkout's editable install)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 
 
