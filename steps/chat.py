@@ -32,7 +32,7 @@ def complete(model, tok, prompt: str, max_new_tokens: int = 60, temperature: flo
     import torch
 
     from steps.models.generate import beam_search, generate
-    ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]])
+    ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=next(model.parameters()).device)
     if beams > 1:
         out = beam_search(model, ids, beams, max_new_tokens, eos_token_id=tok.eos_token_id)[0]
     else:

@@ -67,7 +67,10 @@ def generate(model, input_ids, max_new_tokens: int, do_sample: bool = False,
         logits = step.logits(seq, n_new)
         if do_sample:
             probs = filter_logits(logits, temperature, top_k, top_p).softmax(-1)
-            nxt = torch.multinomial(probs, 1, generator=generator)
+            if generator is not None and generator.device != probs.device:  # a CPU generator, a GPU model:
+                nxt = torch.multinomial(probs.float().cpu(), 1, generator=generator).to(probs.device)  # same draws
+            else:
+                nxt = torch.multinomial(probs, 1, generator=generator)
         else:
             nxt = logits.argmax(-1, keepdim=True)
         if eos_token_id is not None:
