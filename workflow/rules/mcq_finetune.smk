@@ -6,5 +6,6 @@ rule mcq_finetune:
     params: cfg=job_config(register("mcq_finetune"))
     log: "results/logs/mcq_finetune/{cell}.log"
     benchmark: "results/benchmarks/mcq_finetune/{cell}.tsv"
+    resources: gpu=job_gpus("mcq_finetune")
     threads: config["threads"]
     shell: STAGE_SHELL

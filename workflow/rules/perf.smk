@@ -16,5 +16,6 @@ rule perf:
     params: cfg=job_config(register("perf"))
     log: "results/logs/perf/{cell}.log"
     benchmark: "results/benchmarks/perf/{cell}.tsv"
+    resources: gpu=job_gpus("perf")
     threads: workflow.cores
     shell: STAGE_SHELL

@@ -7,5 +7,6 @@ rule sharding:
     params: cfg=job_config(register("sharding"))
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
+    resources: gpu=job_gpus("sharding")
     threads: lambda wildcards: cell_config(config, "sharding", wildcards.cell)["params"]["job_threads"] or config["threads"]
     shell: STAGE_SHELL

@@ -12,5 +12,6 @@ rule word2vec:
     params: cfg=job_config(register("word2vec"))
     log: "results/logs/word2vec/{cell}.log"
     benchmark: "results/benchmarks/word2vec/{cell}.tsv"
+    resources: gpu=job_gpus("word2vec")
     threads: lambda wildcards: cell_config(config, "word2vec", wildcards.cell)["params"]["threads"] or config["threads"]
     shell: STAGE_SHELL
