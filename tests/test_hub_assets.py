@@ -331,7 +331,7 @@ def test_prefetch_rejects_a_bad_config_naming_key_and_file(tmp_path):
 # ---- GPU resources in the profiles -----------------------------------------------------------------
 TORCH_ON_GPU = [("word2vec", c) for c in ("sgd", "sparseadam", "adagrad", "cbow")] + [
     ("perf", "baseline"), ("gpt_train", "main"), ("mcq_finetune", "finetuned_context"), ("gpt_parity", "gpt2_shape")]
-CPU_ONLY = [("word2vec", "gensim"), ("word2vec", "minilm"), ("sharding", "jax_jit_tp"), ("sharding", "jax_lessons")]
+CPU_ONLY = [("word2vec", "gensim"), ("word2vec", "minilm")]
 
 
 def gpus(jobs, job) -> int:
@@ -347,8 +347,9 @@ def test_workstation_profile_gives_torch_cuda_jobs_the_gpu_and_cpu_cells_none(tm
         assert gpus(jobs, job) == 1, (job, jobs[job])
     for job in CPU_ONLY + [("components", "main"), ("prepare_corpus", "main"), ("report", "main")]:
         assert gpus(jobs, job) == 0, (job, jobs[job])
-    # 2-4 rank torch sharding cells ask the profile's one GPU (the cell reports that it needs more)
-    assert gpus(jobs, ("sharding", "native_dp_tp")) == 1 and gpus(jobs, ("sharding", "scratch_dp")) == 1
+    # 2-4 device sharding cells (torch ranks, JAX mesh devices) ask the profile's one GPU (the cell
+    # reports that it needs more)
+    assert all(gpus(jobs, ("sharding", c)) == 1 for c in ("native_dp_tp", "scratch_dp", "jax_jit_tp", "jax_lessons"))
     cpu = snakemake(tmp_path / "w2", tmp_path / "hf", "-n", "--profile", str(PROFILES / "workstation"))
     assert cpu.returncode == 0 and all(gpus(planned_jobs(cpu.stdout), j) == 0 for j in planned_jobs(cpu.stdout))
 
@@ -362,6 +363,7 @@ def test_slurm_profile_submits_gpu_jobs_with_their_gpus_to_the_gpu_partition(tmp
     assert proc.returncode == 0, proc.stderr[-4000:]
     jobs = planned_jobs(proc.stdout)
     assert gpus(jobs, ("sharding", "native_dp_tp")) == 4 and gpus(jobs, ("sharding", "scratch_dp")) == 2
+    assert gpus(jobs, ("sharding", "jax_jit_tp")) == 2 and gpus(jobs, ("sharding", "jax_lessons")) == 4
     partitions = read_partition_file(PROFILES / "slurm" / "partitions.yaml")
     log = logging.getLogger("slurm-test")
     for job in TORCH_ON_GPU + CPU_ONLY + [("sharding", "native_dp_tp")]:
