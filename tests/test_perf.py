@@ -228,12 +228,27 @@ def test_change_lists_resolved_differences_only():
 
 
 # ---- a smoke matrix end to end ------------------------------------------------------------------------
+def run_cells(tmp_path, cfg: dict, names, db: str | None = None) -> dict:
+    """Each cell as its Snakemake job would run it (`stage_main`, in-process), in order: the
+    metrics.json records by cell."""
+    from steps.perf import run
+    from steps.tracking import stage_main
+
+    recs = {}
+    for cell in names:
+        job = cell_config(cfg, "perf", cell)
+        job["common"] |= {"threads": 1, "tracking": {"uri": db}}
+        out = tmp_path / "results" / "perf" / cell
+        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
+        recs[cell] = json.loads((out / "metrics.json").read_text())
+    return recs
+
+
 def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     """baseline -> bf16 (reads the baseline: speedup, drift, Change) and a skipped CUDA cell,
     through stage_main into a real MLflow store (in-process for speed: the smoke DAG runs the
     same cells as `python -m steps.perf` jobs)."""
-    from steps.perf import run
-    from steps.tracking import stage_main, store
+    from steps.tracking import store
 
     monkeypatch.chdir(tmp_path)
     db = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
@@ -241,13 +256,7 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     # skip_slow_amp off: the bf16 path is exercised even on a CPU without native bf16 (toy size)
     cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "skip_slow_amp": False,
                                                           "warmup_steps": 3, "peak_matmul_size": 128}})
-    recs = {}
-    for cell in ("baseline", "amp_bf16", "tf32"):
-        job = cell_config(cfg, "perf", cell)
-        job["common"] |= {"threads": 1, "tracking": {"uri": db}}
-        out = tmp_path / "results" / "perf" / cell
-        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
-        recs[cell] = json.loads((out / "metrics.json").read_text())
+    recs = run_cells(tmp_path, cfg, ("baseline", "amp_bf16", "tf32"), db)
     base, bf16, tf32 = recs["baseline"]["metrics"], recs["amp_bf16"]["metrics"], recs["tf32"]
     assert tf32["status"] == "skipped" and "needs CUDA" in tf32["reason"]
     for m in (base, bf16):
@@ -419,9 +428,6 @@ def test_padded_vocabulary_rows_and_data():
 def test_ladder_cells_run_end_to_end_on_cpu(tmp_path, monkeypatch):
     """A tiny ladder through stage_main: every cell ends ok, compares with its shape's baseline,
     and the cumulative chunked-CE cell trains the same trajectory as its predecessor."""
-    from steps.perf import run
-    from steps.tracking import stage_main
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     ladder = {"base": {"attn": "manual"}, "shapes": {"s": {"batch_size": 4}},
@@ -430,13 +436,7 @@ def test_ladder_cells_run_end_to_end_on_cpu(tmp_path, monkeypatch):
     cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "warmup_steps": 3,
                                                           "peak_matmul_size": 128, "ladder": ladder,
                                                           "timeline_cell": "none"}})
-    recs = {}
-    for cell in ("s_baseline", "s_flash", "s_ladder_ce"):
-        job = cell_config(cfg, "perf", cell)
-        job["common"] |= {"threads": 1, "tracking": {"uri": None}}
-        out = tmp_path / "results" / "perf" / cell
-        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
-        recs[cell] = json.loads((out / "metrics.json").read_text())
+    recs = run_cells(tmp_path, cfg, ("s_baseline", "s_flash", "s_ladder_ce"))
     assert all(r["status"] == "ok" for r in recs.values()), recs
     flash, ce = recs["s_flash"], recs["s_ladder_ce"]
     assert flash["info"]["change"] == "attn=sdpa"

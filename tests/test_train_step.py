@@ -32,40 +32,36 @@ def run_new(m, opts, data, optimizer=None):
     return [ts.step(b)[0] for b in data]
 
 
+def old_loop(m, data, opt, clip: float | None):
+    """The body both old loops shared: mean loss over micro-batches (summed as Python floats),
+    backward each, [clip], step, zero."""
+    losses = []
+    for micro in data:
+        total = 0.0
+        for x in micro:
+            loss = m(x, labels=x).loss / len(micro)
+            loss.backward()
+            total += loss.item()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total)
+    return losses
+
+
 def old_gpt_train_loop(m, data, lr, wd, clip):
     """steps/models/training.py train_step + make_optimizer before the merge."""
     params = list(m.parameters())
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.95), fused=True)
-    losses = []
-    for micro in data:
-        total = 0.0
-        for x in micro:
-            loss = m(x, labels=x).loss / len(micro)
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
+    return old_loop(m, data, opt, clip)
 
 
 def old_perf_loop(m, data, lr, wd, impl, betas=(0.9, 0.95)):
     """steps/perf/step.py TrainStep before the merge: decay on every parameter, no clipping."""
-    opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, betas=betas, **impl)
-    losses = []
-    for micro in data:
-        total = 0.0
-        for x in micro:
-            loss = m(x, labels=x).loss / len(micro)
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(total)
-    return losses
+    return old_loop(m, data, torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, betas=betas, **impl), None)
 
 
 def assert_same(a_losses, b_losses, a_model, b_model):

@@ -188,17 +188,7 @@ def test_fused_functions_with_triton_kernels_match_unfused_ops(triton_backend, d
     torch.testing.assert_close(hh.grad, ref.grad, **TOL[dtype])
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
-def test_real_triton_path_stays_off_on_cpu_with_the_interpreter_on():
-    """TRITON_INTERPRET=1 in a user's shell: the perf cells still resolve "auto" to the compiled
-    CPU kernels and skip Triton cells with "needs CUDA" (the interpreter is for tests only)."""
-    from steps.perf.step import check_device
-    from steps.tracking import SkipCell
-    from tests.test_perf import perf_params
-
-    assert not fused.triton_available()
-    assert fused.resolve_backend("auto", "cpu") == "compiled"
-    with pytest.raises(RuntimeError, match="needs CUDA"):
-        fused.resolve_backend("triton", "cpu")
-    with pytest.raises(SkipCell, match="needs CUDA"):
-        check_device(perf_params(fused_backend="triton"), torch.device("cpu"))
+# TRITON_INTERPRET=1 in a user's shell: the perf cells still resolve "auto" to the compiled CPU
+# kernels and skip Triton cells with "needs CUDA" (the interpreter is for tests only): the same
+# check as without the interpreter, collected here again so it runs in this process.
+from tests.test_triton_kernels import test_real_triton_path_stays_off_on_cpu  # noqa: E402,F401
