@@ -1,17 +1,22 @@
 """Stage `sharding`: one parallelism plan per cell, run as real processes, checked against one device.
 
-Each cell is a descriptive plan (steps/parallel/plan.py: mesh, strategy, schedule, backend, model).
+Each cell is a descriptive plan (steps/parallel/plan.py: mesh, strategy, schedule, backend, model)
+run by the engine steps/parallel/engines.py names for its (backend, strategy).
 Torch cells run `torchrun --nproc_per_node N -m steps.parallel.worker` (gloo on CPU, NCCL on CUDA:
-one GPU per rank); JAX cells a subprocess with N host devices, or N GPUs under device cuda. A cell
-needing more GPUs than the node has is skipped ("needs N GPUs, found M"); device auto runs it on
-the CPU instead (steps/parallel/launch.py). This job owns the cell's one MLflow run: it gathers
-every rank's JSON and logs parity (loss, gradients, parameters after K steps), tokens/s, per-rank
-state bytes and communication bytes against the analytic model, and the pipeline bubble.
+one GPU per rank); JAX cells `python -m steps.parallel.jax` with N host devices, or N GPUs under
+device cuda. A cell needing more GPUs than the node has is skipped ("needs N GPUs, found M");
+device auto runs it on the CPU instead (steps/parallel/launch.py). This job owns the cell's one
+MLflow run: it gathers every rank's JSON and logs parity (loss, gradients, parameters after K
+steps), tokens/s, per-rank state bytes and communication bytes against the analytic model, and
+the pipeline bubble.
 """
 from __future__ import annotations
 
 import statistics
 
+from steps.parallel import engines
+from steps.parallel import launch as launcher
+from steps.parallel.plan import Plan, PlanError
 from steps.tracking import InputError, SkipCell, stage_main
 
 REPORT_COLUMNS = {
@@ -104,13 +109,11 @@ def placement(plan, device: str, n_gpus: int, jax_cuda: bool):
     """(plan with its torch process-group backend, env of a JAX cell's process) for `device` on a
     node with n_gpus GPUs; a cell needing more GPUs than that is skipped with
     "skipped: needs N GPUs, found M" (steps/parallel/launch.py says where each cell runs)."""
-    from steps.parallel.launch import NotEnoughGPUs, jax_env, torch_backend
-    from steps.parallel.plan import Plan
     try:
-        if plan.backend.startswith("jax"):
-            return plan, jax_env(plan, device, n_gpus, jax_cuda)
-        backend = torch_backend(plan, device, n_gpus)
-    except NotEnoughGPUs as exc:
+        if launcher.jax_cell(plan):
+            return plan, launcher.jax_env(plan, device, n_gpus, jax_cuda)
+        backend = launcher.torch_backend(plan, device, n_gpus)
+    except launcher.NotEnoughGPUs as exc:
         raise SkipCell(str(exc)) from None
     if backend != plan.launch.get("dist_backend", "gloo"):
         plan = Plan.from_params({**plan.to_dict(), "launch": {**plan.launch, "dist_backend": backend}})
@@ -118,24 +121,23 @@ def placement(plan, device: str, n_gpus: int, jax_cuda: bool):
 
 
 def run(ctx) -> dict:
-    from steps.parallel.launch import cuda_gpus, jax_has_cuda, launch
-    from steps.parallel.plan import Plan, PlanError
-
     params = dict(ctx.params)
     try:
         plan = Plan.from_params({**params, "seed": ctx.seed})
+        engines.entry(plan.backend, plan.strategy)  # a strategy its backend has no engine for
     except PlanError as exc:
         raise InputError(f"cell {ctx.cell}: {exc}") from None
     device = ctx.common.get("device", "cpu")
     gpu_possible = device != "cpu" or plan.launch.get("dist_backend") == "nccl"  # cpu: no torch import
     # counted here rather than through ctx.device: "needs 2 GPUs, found 0" says more than "no CUDA"
-    plan, env = placement(plan, device, cuda_gpus() if gpu_possible else 0,
-                          plan.backend.startswith("jax") and gpu_possible and jax_has_cuda())
+    is_jax = launcher.jax_cell(plan)
+    plan, env = placement(plan, device, launcher.cuda_gpus() if gpu_possible else 0,
+                          is_jax and gpu_possible and launcher.jax_has_cuda())
     on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.get("dist_backend") == "nccl")
     ctx.info["placement"] = (f"{plan.world} GPU(s), " if on_gpu else "CPU, ") + (
-        "JAX" if plan.backend.startswith("jax") else plan.launch.get("dist_backend", "gloo"))
+        "JAX" if is_jax else plan.launch.get("dist_backend", "gloo"))
     ctx.set_tag("plan", plan.to_dict())
-    ranks = launch(plan, ctx.out / "ranks", env)
+    ranks = launcher.launch(plan, ctx.out / "ranks", env)
     if plan.backend == "jax_lessons":
         return lessons_metrics(ctx, ranks[0])
     m = summarize(plan, ranks)

@@ -12,7 +12,7 @@ import pytest
 from steps.parallel import analytic as A
 from steps.parallel.launch import LaunchError, launch
 from steps.parallel.plan import Plan, PlanError
-from steps.parallel.pp import schedule_order
+from steps.parallel.scratch.pp import schedule_order
 from steps.sharding import summarize
 
 TINY = {"mlp": {"dim": 8, "hidden": 16, "layers": 2}, "batch_size": 8, "steps": 2,
@@ -140,7 +140,7 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
 
 
 def test_jax_branching_lesson_counts_compilations():
-    from steps.parallel.jax_lessons import branching
+    from steps.parallel.jax.lessons import branching
     r = branching()
     assert r["python_if_under_jit_fails"] == 1          # bool() of a tracer
     assert r["static_branch_compiles"] == 2             # one compile per static value (True, False)
@@ -248,6 +248,18 @@ def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
             run(_stage_ctx(tmp_path, "auto", backend=backend, strategy="dp", mesh={"dp": 2}))
 
 
+def test_stage_rejects_a_strategy_its_backend_has_no_engine_for(tmp_path, monkeypatch):
+    """The engine registry answers before any process starts (it used to be a crash in every rank)."""
+    from steps.sharding import run
+    from steps.tracking import InputError
+    calls = _patch_gpus(monkeypatch, 0)
+    with pytest.raises(InputError, match=r"torch_scratch has no engine for strategy 'fsdp_tp'.*use backend torch_native"):
+        run(_stage_ctx(tmp_path, "cpu", backend="torch_scratch", strategy="fsdp_tp", mesh={"fsdp": 2, "tp": 2}))
+    with pytest.raises(PlanError, match="jax_jit has no engine for strategy 'pp'"):
+        launch(plan(backend="jax_jit", strategy="pp", mesh={"pp": 2}), tmp_path)
+    assert calls == []
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="proves the no-CUDA message")
 def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
     """Through the stage module (subprocess): device cuda on a machine without CUDA says
@@ -287,13 +299,13 @@ def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from steps.parallel.mlp_init import init_mlp
-    from steps.parallel.native import NativeEngine
-    from steps.parallel.pp import PipelineMLP
+    from steps.parallel.native.engine import PipelineEngine
+    from steps.parallel.scratch.pp import PipelineMLP
     sent = _record_gathers(monkeypatch)
     with FakeTensorMode(allow_non_fake_inputs=True):
         full = {k: torch.empty(v.shape, device="cuda") for k, v in init_mlp(dim=4, hidden=8, layers=2, seed=0).items()}
         scratch = PipelineMLP(full).full_state("param")
-        native = NativeEngine.__new__(NativeEngine)  # only what full_state reads of a pp engine
+        native = PipelineEngine.__new__(PipelineEngine)  # only what full_state reads
         native.plan, native.world = plan(backend="torch_native", strategy="pp", mesh={"pp": 2}), 1
         native.ref_model = torch.nn.ParameterDict({"weight": torch.empty(3, 4, device="cuda"),
                                                    "bias": torch.empty(3, device="cuda")})
@@ -309,7 +321,7 @@ def test_parity_compares_a_cpu_state_with_a_gpu_reference():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from steps.parallel.worker import abs_diff
+    from steps.parallel.parity import abs_diff
     with FakeTensorMode(allow_non_fake_inputs=True):
         d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
     assert d.device.type == "cpu" and d.dtype == torch.float64 and d.shape == (3, 2)

@@ -122,9 +122,10 @@ def test_reproduces_benchmark_loop_given_its_optimizer():
 
 
 def test_reproduces_sharding_reference_loop():
-    """steps/parallel/native.py reference() before the merge: zero_grad, forward, backward,
-    record gradients, step; in float64 with the plan's optimizer."""
-    from steps.parallel.native import full_model, gpt_batch, reference
+    """steps/parallel/native.py reference() before the merge (now reference.gpt_reference):
+    zero_grad, forward, backward, record gradients, step; in float64 with the plan's optimizer."""
+    from steps.parallel.gpt import full_model, gpt_batch
+    from steps.parallel.reference import gpt_reference
     from steps.parallel.plan import Plan
 
     plan = Plan.from_params({"backend": "torch_native", "model": "gpt", "strategy": "dp", "mesh": {"dp": 2},
@@ -141,7 +142,7 @@ def test_reproduces_sharding_reference_loop():
         losses.append(loss.item())
         grads.append({k: p.grad.detach().clone() for k, p in m.named_parameters()})
         opt.step()
-    new_losses, new_grads, new_params = reference(plan, torch.float64)
+    new_losses, new_grads, new_params = gpt_reference(plan, torch.float64)
     assert new_losses == losses
     for g_old, g_new in zip(grads, new_grads):
         assert all(torch.equal(g_old[k], g_new[k]) for k in g_old)

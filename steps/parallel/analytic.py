@@ -1,6 +1,13 @@
 """What each strategy should cost, from the plan alone: per-rank state bytes and per-rank
-communication bytes per step (the ring convention of comm.py). Measured numbers are divided by
-these; a ratio of 1 means the implementation moves and keeps exactly what the theory says.
+communication bytes per step. Measured numbers are divided by these; a ratio of 1 means the
+implementation moves and keeps exactly what the theory says.
+
+The ring convention ("ring-equivalent bytes sent per rank"), the one place its factors live: over
+a group of N ranks an all-reduce of n bytes costs 2(N-1)/N·n (a reduce-scatter then an
+all-gather), an all-gather producing n bytes and a reduce-scatter consuming n bytes cost
+(N-1)/N·n, a point-to-point send of n bytes costs n. So DP moves 2Ψ·(N-1)/N·b per step and FSDP
+3Ψ·(N-1)/N·b (all-gather forward, all-gather backward, reduce-scatter of the gradients).
+comm.py counts torch's collectives and jax/measure.py the compiled HLO's with these factors.
 
 Ψ = parameter count, b = bytes per element, N = size of the axis that shards or replicates,
 state = params + grads + optimizer moments = plan.state_tensors × the local parameter count
@@ -10,13 +17,30 @@ from __future__ import annotations
 
 from steps.parallel.plan import Plan
 
+# collective -> factor(N); the bytes it is charged on: an all-reduce's input, an all-gather's
+# output, a reduce-scatter's input (N× its output), a send's tensor
+RING = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send": lambda n: 1.0,
+}
+
+
+def ring_bytes(op: str, nbytes: float, n: int) -> float:
+    """Bytes one rank sends for collective `op` over `n` ranks, charged on `nbytes` (see RING)."""
+    return RING[op](n) * nbytes
+
+
 def ring_all_reduce(nbytes: float, n: int) -> float:
-    return 2 * (n - 1) / n * nbytes
+    return ring_bytes("all_reduce", nbytes, n)
 
 
 def ring_gather(nbytes: float, n: int) -> float:
     """An all-gather producing, or a reduce-scatter consuming, `nbytes`."""
-    return (n - 1) / n * nbytes
+    return ring_bytes("all_gather", nbytes, n)
 
 
 # ---- the MLP (from scratch and JAX) ----------------------------------------------------------
@@ -39,8 +63,8 @@ def mlp_comm(plan: Plan) -> float:
     rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
     total = 0.0
     t = plan.axis("tp")
-    if t > 1:  # per block one (rows, dim) all-reduce forward (g) and one backward (f), first block's f skipped
-        total += (2 * L - 1) * ring_all_reduce(rows * d * b, t)
+    if t > 1:  # per block one (rows, dim) all-reduce forward (reduce-from) and one backward (copy-to),
+        total += (2 * L - 1) * ring_all_reduce(rows * d * b, t)  # the first block's copy-to skipped
     shard_psi = mlp_local_params(plan) * plan.axis("fsdp")  # what the data axis replicates or shards
     if plan.axis("dp") > 1:
         total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
@@ -52,7 +76,13 @@ def mlp_comm(plan: Plan) -> float:
     return total
 
 
-# ---- the GPT (native torch) ------------------------------------------------------------------
+def mlp_costs(plan: Plan) -> dict:
+    """The engines' analytic(): state bytes, comm bytes, parameter count of the MLP."""
+    return {"state_bytes": plan.state_tensors * mlp_local_params(plan) * plan.bytes_per_elem,
+            "comm_bytes": mlp_comm(plan), "params": mlp_psi(plan)}
+
+
+# ---- the GPT (native torch, and its blocks in JAX) ---------------------------------------------
 def gpt_tp_split(name: str) -> str:
     """How native TP places a GPT parameter: 'shard' (divided by tp) or 'replicate'."""
     col = ("q_proj", "k_proj", "v_proj", "c_fc")
@@ -72,7 +102,7 @@ def gpt_local_params(plan: Plan, shapes: dict[str, int], stage_params: float | N
     return local / plan.axis("fsdp")
 
 
-def gpt_comm(plan: Plan, shapes: dict[str, int], boundary_elems: float = 0.0) -> float:
+def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     """DP 2Ψ, FSDP 3Ψ over the data axis; TP 4 activation all-reduces (B·T·d) per layer per step
     (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
     pair, the same bytes); PP the boundary activations forward and gradients backward."""
@@ -97,3 +127,9 @@ def gpt_comm(plan: Plan, shapes: dict[str, int], boundary_elems: float = 0.0) ->
     if s > 1:
         total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
     return total
+
+
+def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = None) -> dict:
+    """The engines' analytic() for the GPT (or its blocks): state bytes, comm bytes, parameters."""
+    return {"state_bytes": plan.state_tensors * gpt_local_params(plan, shapes, stage_params) * plan.bytes_per_elem,
+            "comm_bytes": gpt_comm(plan, shapes), "params": sum(shapes.values())}

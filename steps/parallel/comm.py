@@ -1,10 +1,6 @@
-"""Count what passes through the collectives, in one convention for every strategy.
-
-Convention ("ring-equivalent bytes sent per rank"): over a group of N ranks an all-reduce of n
-bytes costs 2(N-1)/N·n (a reduce-scatter then an all-gather), an all-gather producing n bytes and
-a reduce-scatter consuming n bytes cost (N-1)/N·n, a point-to-point send of n bytes costs n.
-So DP moves 2Ψ·(N-1)/N·b per step and FSDP 3Ψ·(N-1)/N·b (all-gather forward, all-gather
-backward, reduce-scatter of the gradients), b = bytes per element.
+"""Count what passes through torch's collectives, in analytic.py's ring convention for every
+strategy (bytes one rank sends: 2(N-1)/N for an all-reduce, (N-1)/N for an all-gather or a
+reduce-scatter, 1 for a send).
 
 The from-scratch strategies call the wrappers below (only in-place primitives). Native torch code
 (DDP's C++ reducer, FSDP2, DTensor) is counted by `NativeCommMode`, a dispatch mode that sees the
@@ -19,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from steps.parallel.analytic import ring_bytes
+
 warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*")
 
 
@@ -32,12 +30,10 @@ class CommCounter:
         self.detail: Counter = Counter()  # "<op>/<group size>" -> bytes
 
     def add(self, op: str, nbytes: int, group_size: int) -> None:
-        n = group_size
-        factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n,
-                  "reduce_scatter": (n - 1) / n, "send": 1.0, "broadcast": (n - 1) / n}[op]
-        self.bytes += factor * nbytes
+        sent = ring_bytes(op, nbytes, group_size)
+        self.bytes += sent
         self.calls[op] += 1
-        self.detail[f"{op}/{n}"] += factor * nbytes
+        self.detail[f"{op}/{group_size}"] += sent
 
 
 COUNTER = CommCounter()

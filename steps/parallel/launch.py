@@ -23,8 +23,10 @@ import subprocess
 import sys
 import time
 import uuid
+from importlib import util
 from pathlib import Path
 
+from steps.parallel import engines
 from steps.parallel.plan import Plan
 
 
@@ -36,10 +38,15 @@ class NotEnoughGPUs(RuntimeError):
     """The cell needs more GPUs than this node has (the stage turns it into a skipped cell)."""
 
 
+def jax_cell(plan: Plan) -> bool:
+    """Whether the cell runs as one JAX process holding every device (else torchrun, a process per rank)."""
+    return engines.process(plan.backend) == engines.JAX
+
+
 def gpus_needed(plan: Plan) -> int:
     """GPUs this node needs to run the cell on CUDA: one per local torch rank (world / nnodes),
     one per JAX mesh device (JAX cells run in one process on one node)."""
-    if plan.backend.startswith("jax"):
+    if jax_cell(plan):
         return max(plan.world, 1)
     return max(plan.world // max(int(plan.launch.get("nnodes", 1)), 1), 1)
 
@@ -49,7 +56,8 @@ def _gpus(n: int) -> str:
 
 
 def cuda_gpus() -> int:
-    """NVIDIA GPUs visible to this process (torch's count, also the proxy for JAX's)."""
+    """NVIDIA GPUs visible to this process (torch's count, also the proxy for JAX's). Imports
+    torch, so the stage calls it only when a GPU is possible (a CPU cell's job stays torch-free)."""
     import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -58,7 +66,6 @@ def jax_has_cuda() -> bool:
     """Whether the installed jax can drive an NVIDIA GPU, without importing jax (which would
     initialise its backends in the parent): `jax[cuda12]`/`jax[cuda13]` install the kernels module
     jax_cudaNN_plugin and the PJRT plugin jax_plugins.xla_cudaNN."""
-    from importlib import util
     for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13"):
         try:
             if util.find_spec(name) is not None:
@@ -118,7 +125,7 @@ def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
 
 
 def jax_cmd(plan: Plan, out: Path) -> list[str]:
-    return [sys.executable, "-m", "steps.parallel.jax_mlp", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
+    return [sys.executable, "-m", "steps.parallel.jax", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
 def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict | None = None) -> float:
@@ -168,9 +175,11 @@ def collect(out: Path, world: int) -> list[dict]:
 
 def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
     """Run the cell and return every rank's record (rank 0 first). Torch cells run on the plan's
-    launch.dist_backend; JAX cells in `env` (jax_env; default: CPU host devices)."""
+    launch.dist_backend; JAX cells in `env` (jax_env; default: CPU host devices). A (backend,
+    strategy) without an engine fails here, before any process starts (engines.entry)."""
     timeout = float(plan.launch.get("timeout_s", 120))
-    if plan.backend.startswith("jax"):
+    engines.entry(plan.backend, plan.strategy)
+    if jax_cell(plan):
         run_processes(jax_cmd(plan, out), out, timeout, env or jax_env(plan, "cpu", 0, False))
         return collect(out, 1)
     run_processes(torchrun_cmd(plan, out), out, timeout)

@@ -3,6 +3,8 @@
 Weights come from numpy (mlp_init.py) so torch and JAX start from exactly the same numbers.
 Per block: W1 (hidden, dim), b1 (hidden), W2 (dim, hidden), b2 (dim) — the Megatron MLP shape:
 W1 is split on its output rows (column-parallel), W2 on its input columns (row-parallel).
+Every (sharded) MLP is a Stack of blocks with the same two methods: train_step(x, y) and
+full_state(kind).
 """
 from __future__ import annotations
 
@@ -10,11 +12,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from steps.parallel.mlp_init import PARAM_NAMES, init_mlp, make_batch, n_params  # noqa: F401
+from steps.parallel.mlp_init import PARAM_NAMES
 
 
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(out, y)
+
+
+def block(x, w1, b1, w2, b2):
+    return x + F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
 
 
 class Block(nn.Module):
@@ -23,7 +29,7 @@ class Block(nn.Module):
         self.w1, self.b1, self.w2, self.b2 = (nn.Parameter(t) for t in (w1, b1, w2, b2))
 
     def forward(self, x):
-        return x + F.linear(F.relu(F.linear(x, self.w1, self.b1)), self.w2, self.b2)
+        return block(x, self.w1, self.b1, self.w2, self.b2)
 
 
 def n_blocks(full: dict) -> int:
@@ -42,6 +48,12 @@ class Stack(nn.Module):
             x = b(x)
         return x
 
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward on this rank's rows; returns the loss."""
+        loss = loss_fn(self(x), y)
+        loss.backward()
+        return loss.detach()
+
 
 class MLP(Stack):
     """The single-device reference (also what DP and PP hold a full or partial copy of)."""
@@ -51,7 +63,7 @@ class MLP(Stack):
         super().__init__(Block(*(full[f"{i}.{p}"].clone() for p in PARAM_NAMES)) for i in ids)
         self.ids = ids
 
-    def named_full(self, kind: str = "param") -> dict[str, torch.Tensor]:
+    def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """This module's tensors under the global names ('param' or 'grad')."""
         out = {}
         for i, b in zip(self.ids, self.blocks):

@@ -26,6 +26,3 @@ def make_batch(batch: int, dim: int, seed: int, step: int) -> tuple[np.ndarray, 
     x = rng.normal(size=(batch, dim))
     return x, np.tanh(x[:, ::-1].copy())
 
-
-def n_params(dim: int, hidden: int, layers: int) -> int:
-    return layers * (2 * dim * hidden + hidden + dim)

@@ -1,12 +1,17 @@
 """The descriptive plan of one sharding cell (the AXLearn lesson): mesh, strategy, schedule, model.
 
-Both backends read this dataclass; torch applies it imperatively (TorchTitan style, worker.py),
-JAX hands it to the compiler as shardings (jax_mlp.py). Nothing here imports torch or jax.
+Both backends read this dataclass; torch applies it imperatively (torchtitan style:
+native/parallelize.py, scratch/), JAX hands it to the compiler as shardings (jax/). Which engine
+runs a (backend, strategy) is engines.py's table. Nothing here imports torch or jax at import time:
+the Snakemake job that launches a cell and the JAX process read the plan too.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 # strategy -> the mesh axes it needs, in mesh order (outer axis first)
 STRATEGY_AXES = {"single": (), "dp": ("dp",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",),
@@ -81,7 +86,7 @@ class Plan:
         want = STRATEGY_AXES[self.strategy]
         if self.backend == "jax_lessons":
             return
-        if self.backend != "jax_lessons" and tuple(self.mesh) != want:
+        if tuple(self.mesh) != want:
             raise PlanError(f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
                             f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}")
         if any(int(v) < 1 for v in self.mesh.values()):
@@ -117,7 +122,7 @@ class Plan:
         near-zero gradient into a parameter difference of up to lr·Δg/eps (seen: 5e-7 grads ->
         1e-5 params on the GPT with TP in fp32); SGD's update is lr-Lipschitz in the gradient.
         foreach=False: the foreach kernels reject a mix of Tensor and DTensor parameters."""
-        import torch
+        import torch  # only where an optimizer is built: the launching job and JAX cells stay torch-free
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.lr, foreach=False)
         return torch.optim.SGD(params, lr=self.lr, momentum=0.9, foreach=False)
@@ -141,9 +146,6 @@ class Plan:
 
 def plan_from_argv(argv=None):
     """`--plan JSON --out DIR`: the command line launch.py gives every process it starts."""
-    import argparse
-    import json
-    from pathlib import Path
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", required=True, help="the cell's Plan as JSON")
     ap.add_argument("--out", required=True, help="folder for rank<r>.json")

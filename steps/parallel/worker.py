@@ -1,8 +1,9 @@
-"""One rank of a sharding cell: `torchrun ... -m steps.parallel.worker --plan JSON --out DIR`.
+"""One rank of a torch cell: `torchrun ... -m steps.parallel.worker --plan JSON --out DIR`.
 
-Every rank trains K steps under the plan; rank 0 also trains the single-device reference on
-the same global batches from the same weights and compares loss, gradients (every step) and
-parameters (after K steps). Each rank writes DIR/rank<r>.json; the parent (launch.py) gathers.
+The rank's loop only: build the plan's engine (engines.py), train K steps, and measure. Rank 0
+also runs the engine's single-device reference on the same global batches from the same weights
+and compares loss, gradients (every step) and parameters (after K steps) with parity.max_delta.
+Each rank writes DIR/rank<r>.json; the parent (launch.py) gathers.
 """
 from __future__ import annotations
 
@@ -16,88 +17,12 @@ import torch
 import torch.distributed as dist
 
 from steps import hardware
-from steps.parallel import comm
+from steps.parallel import comm, engines
+from steps.parallel.parity import max_delta
 from steps.parallel.plan import Plan, plan_from_argv
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-# ---- the from-scratch engines (the MLP) -------------------------------------------------------
-class ScratchEngine:
-    """Wraps one of dp/tp/fsdp/pp behind train_step / full_state / local tensors."""
-
-    def __init__(self, plan: Plan, full: dict[str, torch.Tensor]):
-        from steps.parallel.dp import DataParallel
-        from steps.parallel.fsdp import FullyShardedMLP
-        from steps.parallel.mlp import MLP
-        from steps.parallel.pp import PipelineMLP
-        from steps.parallel.tp import TensorParallelMLP
-
-        self.plan, s = plan, plan.strategy
-        self.data_rank, self.data_size = 0, 1
-        if s == "dp":
-            self.model = DataParallel(MLP(full))
-            self.data_rank, self.data_size = dist.get_rank(), dist.get_world_size()
-        elif s == "fsdp":
-            self.model = FullyShardedMLP(full)
-            self.data_rank, self.data_size = dist.get_rank(), dist.get_world_size()
-        elif s == "tp":
-            self.model = TensorParallelMLP(full)
-        elif s == "dp_tp":
-            from torch.distributed.device_mesh import init_device_mesh
-            mesh = init_device_mesh(torch.get_default_device().type, tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
-            self.model = DataParallel(TensorParallelMLP(full, mesh.get_group("tp")), mesh.get_group("dp"))
-            self.data_rank, self.data_size = mesh.get_local_rank("dp"), plan.axis("dp")
-        elif s == "pp":
-            self.model = PipelineMLP(full, plan.schedule, plan.microbatches)
-        else:
-            raise ValueError(f"torch_scratch has no strategy {s!r} (fsdp_tp: use torch_native or jax)")
-
-    def batch(self, step: int, dtype):
-        from steps.parallel.mlp import make_batch
-        x, y = (torch.tensor(a, dtype=dtype) for a in make_batch(self.plan.batch_size, self.plan.mlp["dim"],
-                                                                  self.plan.seed, step))
-        return tuple(t.chunk(self.data_size)[self.data_rank] for t in (x, y))
-
-    def train_step(self, batch) -> torch.Tensor:
-        from steps.parallel.mlp import loss_fn
-        if self.plan.strategy == "pp":
-            return self.model.train_step(*batch)
-        loss = loss_fn(self.model(batch[0]), batch[1])
-        loss.backward()
-        if hasattr(self.model, "sync_grads"):
-            self.model.sync_grads()
-        return loss.detach()
-
-    def full_state(self, kind: str) -> dict[str, torch.Tensor]:
-        m = self.model
-        return m.full_state(kind) if hasattr(m, "full_state") else m.named_full(kind)
-
-    def analytic(self) -> dict:
-        from steps.parallel import analytic as A
-        local = A.mlp_local_params(self.plan)
-        return {"state_bytes": self.plan.state_tensors * local * self.plan.bytes_per_elem, "comm_bytes": A.mlp_comm(self.plan),
-                "params": A.mlp_psi(self.plan)}
+from steps.parallel.reference import DTYPES
 
 
-def reference_mlp(plan: Plan, full, dtype):
-    """Single device, same weights and global batches: per-step losses and grads, final params."""
-    from steps.parallel.mlp import MLP, loss_fn, make_batch
-    model = MLP(full)
-    opt = plan.optimizer_for(model.parameters())
-    losses, grads = [], []
-    for step in range(plan.steps):
-        x, y = (torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, step))
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        grads.append(model.named_full("grad"))
-        opt.step()
-    return losses, grads, model.named_full("param")
-
-
-# ---- the shared loop ---------------------------------------------------------------------------
 def local_bytes(tensors) -> int:
     total = 0
     for t in tensors:
@@ -113,20 +38,6 @@ def state_bytes(params, opt) -> dict:
     moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
     return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params),
             "optim": local_bytes(moments)}
-
-
-def abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in float64 on the CPU: a gathered pipeline state is on the CPU (comm.gather_state)
-    while the reference and the other engines' states stay on this rank's GPU under NCCL."""
-    return (a.detach().double().cpu() - b.detach().double().cpu()).abs()
-
-
-def max_delta(a: dict, b: dict) -> tuple[float, str]:
-    """Largest |a - b| over all tensors, and the tensor it is in."""
-    missing = set(a) ^ set(b)
-    if missing:
-        raise RuntimeError(f"parity: names differ between sharded and reference state: only sharded {sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}")
-    return max((float(abs_diff(a[k], b[k]).max()), k) for k in a)
 
 
 def device_sync() -> None:
@@ -149,19 +60,11 @@ def run(plan: Plan, out: Path) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[plan.dtype]
     torch.manual_seed(plan.seed)
-    if plan.backend == "torch_native":
-        from steps.parallel.native import NativeEngine, reference
-        engine = NativeEngine(plan, dtype)
-        ref = reference(plan, dtype) if rank == 0 else None
-    else:
-        from steps.parallel.mlp import init_mlp
-        full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
-        engine = ScratchEngine(plan, full)
-        ref = reference_mlp(plan, full, dtype) if rank == 0 else None
+    engine = engines.load(plan)(plan, dtype)
+    ref = engine.reference() if rank == 0 else None
     params = [p for p in engine.model.parameters() if p.requires_grad]
     opt = plan.optimizer_for(params)
     counter = comm.COUNTER
-    mode = comm.NativeCommMode(counter, world) if plan.backend == "torch_native" else None
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
     hardware.reset_peak_rss()
     for step in range(plan.steps):
@@ -172,10 +75,7 @@ def run(plan: Plan, out: Path) -> dict:
         counter.reset()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        if mode is not None:
-            with mode:
-                loss = engine.train_step(batch)
-        else:
+        with engine.comm_mode(counter, world):
             loss = engine.train_step(batch)
         opt.step()
         device_sync()

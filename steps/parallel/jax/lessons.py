@@ -1,5 +1,6 @@
-"""The seed's JAX lessons as measurements (run inside the jax_mlp subprocess, on N host devices or
-N GPUs as launch.jax_env decides):
+"""The seed's JAX lessons as measurements (the jax_lessons backend: run in the JAX cell's process,
+on N host devices or N GPUs as launch.jax_env decides). Apart from the engines: this module may
+import the engine, never the other way.
 
   jit      the same MLP loss eager (op by op) vs jax.jit (one fused XLA program)
   branch   Python `if` on a traced value fails under jit; branching on a static argument
@@ -8,6 +9,8 @@ N GPUs as launch.jax_env decides):
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
 import time
 from pathlib import Path
@@ -17,6 +20,9 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from steps.parallel.jax.engine import make_loss
+from steps.parallel.jax.mlp import MLPModel
+from steps.parallel.mlp_init import init_mlp, make_batch
 from steps.parallel.plan import Plan
 
 
@@ -31,8 +37,6 @@ def _best(fn, repeats: int = 20) -> float:
 
 
 def jit_speedup(plan: Plan) -> dict:
-    from steps.parallel.jax_mlp import MLPModel, make_loss
-    from steps.parallel.mlp_init import init_mlp, make_batch
     params = {k: jnp.asarray(v, jnp.float32) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
     x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, 0))
     single = Plan.from_params({**plan.to_dict(), "backend": "jax_jit", "strategy": "single", "mesh": {}})
@@ -79,9 +83,6 @@ def branching() -> dict:
 
 def sharding_text(devices: int) -> str:
     """jax.debug.visualize_array_sharding (rich) for an (8, 8) array under several specs."""
-    import contextlib
-    import io
-
     n = devices
     shape = (2, n // 2) if n >= 4 and n % 2 == 0 else (n,)
     names = ("data", "model")[: len(shape)]
@@ -96,14 +97,21 @@ def sharding_text(devices: int) -> str:
     return buf.getvalue()
 
 
-def run(plan: Plan, out: Path) -> dict:
-    rec = {"rank": 0, "world": plan.world, "mesh": plan.mesh_str}
-    rec.update(jit_speedup(plan))
-    rec.update(branching())
-    n = min(plan.world, len(jax.devices()))  # the mesh's devices, not every visible GPU
-    (out / "sharding_lessons.txt").write_text(sharding_text(n))
-    rec["devices"], rec["platform"] = n, jax.default_backend()
-    rec["notes"] = (f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
-                    f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
-                    f"{rec['lax_cond_compiles']}×")
-    return rec
+class Lessons:
+    """The jax_lessons cell (a DeviceEngine, engines.py)."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+
+    def run(self, out: Path) -> dict:
+        plan = self.plan
+        rec = {"rank": 0, "world": plan.world, "mesh": plan.mesh_str}
+        rec.update(jit_speedup(plan))
+        rec.update(branching())
+        n = min(plan.world, len(jax.devices()))  # the mesh's devices, not every visible GPU
+        (out / "sharding_lessons.txt").write_text(sharding_text(n))
+        rec["devices"], rec["platform"] = n, jax.default_backend()
+        rec["notes"] = (f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
+                        f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
+                        f"{rec['lax_cond_compiles']}×")
+        return rec

@@ -1,11 +1,13 @@
 """Tensor parallel from scratch (Megatron-LM MLP): W1 column-parallel, W2 row-parallel.
 
 Each rank holds hidden/T rows of W1 (and of b1) and hidden/T columns of W2, so the hidden
-activation never leaves the rank. Two conjugate operators glue the ranks together:
-  f: identity forward, all-reduce of the input gradient backward (before the column-parallel linear)
-  g: all-reduce of the partial outputs forward, identity backward (after the row-parallel linear)
+activation never leaves the rank. Two conjugate operators (Megatron's names) glue the ranks:
+  copy_to_tensor_parallel_region      identity forward, all-reduce of the input gradient backward
+                                      (before the column-parallel linear; Megatron's f)
+  reduce_from_tensor_parallel_region  all-reduce of the partial outputs forward, identity backward
+                                      (after the row-parallel linear; Megatron's g)
 Per block and step: one all-reduce of (batch, dim) forward and one backward — the first block's
-f backward is skipped because the input needs no gradient, hence (2L-1) all-reduces per step.
+copy-to backward is skipped because the input needs no gradient, hence (2L-1) all-reduces per step.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from steps.parallel import comm
 from steps.parallel.mlp import PARAM_NAMES, Stack, n_blocks
 
 
-class _F(torch.autograd.Function):
-    """Copy to the tensor-parallel region: identity forward, all-reduce backward."""
+class CopyToTensorParallelRegion(torch.autograd.Function):
+    """Identity forward, all-reduce backward."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -31,8 +33,8 @@ class _F(torch.autograd.Function):
         return comm.all_reduce(grad.contiguous().clone(), ctx.group), None
 
 
-class _G(torch.autograd.Function):
-    """Reduce from the tensor-parallel region: all-reduce forward, identity backward."""
+class ReduceFromTensorParallelRegion(torch.autograd.Function):
+    """All-reduce forward, identity backward."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -41,6 +43,14 @@ class _G(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
+
+
+def copy_to_tensor_parallel_region(x: torch.Tensor, group) -> torch.Tensor:
+    return CopyToTensorParallelRegion.apply(x, group)
+
+
+def reduce_from_tensor_parallel_region(x: torch.Tensor, group) -> torch.Tensor:
+    return ReduceFromTensorParallelRegion.apply(x, group)
 
 
 # (dim of the full tensor split across ranks, or None = replicated) per parameter
@@ -60,8 +70,8 @@ class TPBlock(nn.Module):
             setattr(self, p, nn.Parameter(shard(full[f"{i}.{p}"], SPLIT[p], r, n)))
 
     def forward(self, x):
-        h = F.relu(F.linear(_F.apply(x, self.group), self.w1, self.b1))  # column-parallel
-        return x + _G.apply(F.linear(h, self.w2), self.group) + self.b2   # row-parallel, bias once
+        h = F.relu(F.linear(copy_to_tensor_parallel_region(x, self.group), self.w1, self.b1))  # column-parallel
+        return x + reduce_from_tensor_parallel_region(F.linear(h, self.w2), self.group) + self.b2  # row, bias once
 
 
 class TensorParallelMLP(Stack):

@@ -83,4 +83,4 @@ class PipelineMLP(nn.Module):
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """Every stage's tensors (on the CPU: see comm.gather_state), for the parity check."""
-        return comm.gather_state(self.stage.named_full(kind))
+        return comm.gather_state(self.stage.full_state(kind))

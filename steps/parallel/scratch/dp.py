@@ -2,7 +2,7 @@
 after backward one SUM all-reduce per gradient, divided by N, makes every replica's gradient
 the full-batch gradient (DDP's bucketing/overlap left out so the cost stays visible: 2Ψ·(N-1)/N).
 
-`DataParallel` wraps any module (the plain MLP, or the TP-sharded MLP for dp×tp): the group is
+`DataParallel` wraps any Stack (the plain MLP, or the TP-sharded MLP for dp×tp): the group is
 whichever axis of the mesh replicates it.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from steps.parallel import comm
+from steps.parallel.mlp import loss_fn
 
 
 class DataParallel(nn.Module):
@@ -30,7 +31,12 @@ class DataParallel(nn.Module):
             comm.all_reduce(p.grad, group=self.group)
             p.grad.div_(self.size)
 
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = loss_fn(self(x), y)
+        loss.backward()
+        self.sync_grads()
+        return loss.detach()
+
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """Replicas agree, so the inner module's own view is already the full state."""
-        inner = self.module
-        return inner.full_state(kind) if hasattr(inner, "full_state") else inner.named_full(kind)
+        return self.module.full_state(kind)

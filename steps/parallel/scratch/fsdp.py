@@ -14,23 +14,20 @@ import math
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from steps.parallel import comm
-from steps.parallel.mlp import PARAM_NAMES, Stack, n_blocks
+from steps.parallel.mlp import PARAM_NAMES, Stack, block, n_blocks
 
 
-def block_fn(x, w1, b1, w2, b2):
-    return x + F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+class ShardedBlock(torch.autograd.Function):
+    """One block on its flat shard: gather, compute, free; backward gathers again and reduce-scatters."""
 
-
-class _ShardedBlock(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, shard, unit):
         ctx.unit = unit
         ctx.save_for_backward(x, shard)
         with torch.no_grad():
-            return block_fn(x, *unit.unflatten(unit.gather(shard)))
+            return block(x, *unit.unflatten(unit.gather(shard)))
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -39,7 +36,7 @@ class _ShardedBlock(torch.autograd.Function):
         full = unit.gather(shard).requires_grad_()
         with torch.enable_grad():
             xx = x.detach().requires_grad_(ctx.needs_input_grad[0])
-            y = block_fn(xx, *unit.unflatten(full))
+            y = block(xx, *unit.unflatten(full))
             inputs = [full, xx] if ctx.needs_input_grad[0] else [full]
             grads = torch.autograd.grad(y, inputs, grad_out)
         g_shard = torch.empty_like(shard)
@@ -71,7 +68,7 @@ class FSDPUnit(nn.Module):
         return [p.view(s) for p, s in zip(parts, self.shapes)]
 
     def forward(self, x):
-        return _ShardedBlock.apply(x, self.shard, self)
+        return ShardedBlock.apply(x, self.shard, self)
 
 
 class FullyShardedMLP(Stack):

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from steps.parallel import analytic as A
-from steps.parallel.jax_mlp import SPECS, remat
+from steps.parallel import analytic
+from steps.parallel.jax.specs import SPECS, remat
 from steps.parallel.plan import Plan
 
 LINEARS = {"attn.q_proj": "col", "attn.k_proj": "col", "attn.v_proj": "col", "attn.o_proj": "row",
@@ -40,11 +40,13 @@ def gpt_block(p: dict, x, head_dim: int, tp_axis=None):
     def lin(h, name):
         return h @ p[name + ".weight"].T + p[name + ".bias"]
 
-    def row(h, name):  # row-parallel: partial sums over the local heads / hidden units, then the bias once
+    def row(h, name):  # row-parallel: reduce-from-tensor-parallel-region of the partial sums over the
+        # local heads / hidden units, then the bias once
         y = h @ p[name + ".weight"].T
         return (jax.lax.psum(y, tp_axis) if tp_axis else y) + p[name + ".bias"]
 
-    def to_tp(h):  # Megatron's f once for q, k and v: one psum of their summed input grads, not three
+    def to_tp(h):  # Megatron's copy-to-tensor-parallel-region once for q, k and v: one psum of
+        # their summed input grads backward, not three
         return jax.lax.pcast(h, tp_axis, to="varying") if tp_axis else h
 
     B, T, _ = x.shape
@@ -92,29 +94,9 @@ class GPTBlocksModel:
         return x
 
     def analytic(self, plan: Plan, shapes: dict) -> dict:
-        local = A.gpt_local_params(plan, shapes)
-        return {"state_bytes": plan.state_tensors * local * plan.bytes_per_elem,
-                "comm_bytes": A.gpt_comm(plan, shapes), "params": sum(shapes.values())}
+        return analytic.gpt_costs(plan, shapes)
 
     def torch_reference(self, plan: Plan):
         """The same blocks as torch modules from steps/models/gpt.py, same weights and batches."""
-        import torch
-        from steps.models.gpt import Block, GPTConfig
-        from steps.parallel.worker import DTYPES
-        dtype = DTYPES[plan.dtype]
-        cfg = GPTConfig(**plan.gpt, dropout=0.0)
-        blocks = torch.nn.ModuleList(Block(cfg) for _ in range(plan.gpt["n_layer"])).to(dtype)
-        prefix = "transformer.h."
-        blocks.load_state_dict({k[len(prefix):]: torch.tensor(v, dtype=dtype) for k, v in self.init(plan).items()})
-        opt = plan.optimizer_for(blocks.parameters())
-        losses = []
-        for t in range(plan.steps):
-            x, y = (torch.tensor(a, dtype=dtype) for a in self.batch(plan, t))
-            opt.zero_grad()
-            for b in blocks:
-                x = b(x)
-            loss = torch.nn.functional.mse_loss(x, y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses, {prefix + k: v.detach().numpy() for k, v in blocks.named_parameters()}
+        from steps.parallel.reference import gpt_blocks_reference  # torch only for a cross-backend cell
+        return gpt_blocks_reference(plan, self.init(plan), [self.batch(plan, t) for t in range(plan.steps)])

@@ -1,0 +1,10 @@
+"""Parallelism from scratch on the toy MLP, one short file per technique, siblings of one shape
+(picotron's layout): a docstring saying what is split and what moves, the communication glue, and
+a wrapper with train_step(x, y) and full_state(kind).
+
+  dp.py    DataParallel: replicas, one all-reduce of the gradients (2Ψ)
+  tp.py    TensorParallelMLP: Megatron column/row-parallel blocks (copy-to / reduce-from regions)
+  fsdp.py  FullyShardedMLP: ZeRO-3 flat shards, all-gather / reduce-scatter per block (3Ψ)
+  pp.py    PipelineMLP: stages with send/recv, GPipe or 1F1B schedules
+  engine.py  ScratchEngine: builds one of them (or dp×tp) from the plan for the rank loop
+"""
