@@ -11,19 +11,10 @@ import torch
 import yaml
 
 from steps.config import ConfigError, cell_config, cells, load_config
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TOY, perf_params
 
 torch.set_num_threads(1)
 DEFAULT, SMOKE, GPU = (ROOT / "configs" / f"{n}.yaml" for n in ("default", "smoke", "gpu"))
-TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
-
-
-def perf_params(**over) -> dict:
-    """The resolved perf section of the default config with a toy model and `over` applied."""
-    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "batch_size": 4, "warmup_steps": 1,
-                                                   "timed_steps": 2, "peak_matmul_size": 128,
-                                                   "cells": {"x": over}}})
-    return cell_config(cfg, "perf", "x")["params"]
 
 
 # ---- matrix expansion ----------------------------------------------------------------------------
