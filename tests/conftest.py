@@ -1,17 +1,24 @@
-"""Shared fixtures: a real Snakemake smoke DAG in a temporary folder (run once per session)."""
+"""Shared fixtures and helpers (no test module imports another): a real Snakemake smoke DAG in a
+temporary folder (run once per session), running one stage as its job would, the runs in a
+job's MLflow store, the perf section around a toy model, a tiny corpus + tokenizer for the GPT
+stages, and the CPU-path check of the Triton kernels."""
 from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from steps.config import cell_config, cells, load_config, load_schema, validate_config
+
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 SMOKE = ROOT / "configs" / "smoke.yaml"
+DEFAULT = ROOT / "configs" / "default.yaml"
 
 
 def clean_env() -> dict:
@@ -57,3 +64,94 @@ def smoke_dag(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("smoke_dag")
     snakemake(work)
     return work
+
+
+def smoke_cells() -> dict[str, list[str]]:
+    """The cells of every stage in the smoke config (tracking and report are no matrix)."""
+    cfg = load_config(DEFAULT, SMOKE)
+    stages = [s for s in load_schema()["properties"] if isinstance(cfg.get(s), dict) and s not in ("tracking", "report")]
+    return {s: cells(cfg, s) for s in stages}
+
+
+def mlflow_runs(workdir: Path):
+    """Every run in the job's real SQLite store, as a DataFrame (run_id, status, tags.*, params.*)."""
+    import pandas as pd
+
+    from steps.tracking import store
+    client = store.client(f"sqlite:///{workdir / 'results' / 'mlflow.db'}")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    rows = [{"run_id": r.info.run_id, "status": r.info.status,
+             **{f"tags.{k}": v for k, v in r.data.tags.items()},
+             **{f"params.{k}": v for k, v in r.data.params.items()}}
+            for r in client.search_runs(exps, max_results=10_000)]
+    return pd.DataFrame(rows)
+
+
+def stage_params(stage: str, **over) -> dict:
+    """Schema defaults of a stage's section with `over` merged in (as cell_config would)."""
+    cfg = validate_config({stage: over})
+    return {k: v for k, v in cfg[stage].items() if k not in ("cells", "select")}
+
+
+# ---- perf: the default config's perf section around a toy model ---------------------------------
+TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
+
+
+def perf_params(**over) -> dict:
+    """The resolved perf section of the default config with a toy model and `over` applied."""
+    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "batch_size": 4, "warmup_steps": 1,
+                                                   "timed_steps": 2, "peak_matmul_size": 128,
+                                                   "cells": {"x": over}}})
+    return cell_config(cfg, "perf", "x")["params"]
+
+
+def check_triton_path_stays_off_on_cpu() -> None:
+    """triton is installed (a dependency now): the perf cells must still resolve "auto" to the
+    compiled CPU kernels and skip Triton cells with "needs CUDA". Run by test_triton_kernels.py,
+    and by triton_interpreted_cases.py under TRITON_INTERPRET=1 (a user's shell may set it).
+    torch is imported here, not at the top: this file loads for every test module."""
+    import torch
+
+    from steps.perf import fused
+    from steps.perf.step import check_device
+    from steps.tracking import SkipCell
+
+    assert not fused.triton_available()
+    assert fused.resolve_backend("auto", "cpu") == "compiled"
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        fused.resolve_backend("triton", "cpu")
+    with pytest.raises(SkipCell, match="needs CUDA"):
+        check_device(perf_params(fused_backend="triton"), torch.device("cpu"))
+
+
+# ---- GPT stages: a tiny corpus + tokenizer laid out like data.smk's outputs ----------------------
+WORDS = ("the king queen lord lady speaks sleeps sword crown night day love death rose "
+         "thou thee art hath doth fair foul sweet bitter").split()
+TINY_TRAIN = {"model": {"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32},
+              "batch_size": 4, "max_steps": 6, "warmup_steps": 2, "eval_interval": 3,
+              "eval_batches": 2, "ckpt_interval": 1,
+              "samples": {"prompts": ["the king"], "max_new_tokens": 8, "num_beams": 2},
+              "bench": {"enabled": False}}
+
+
+def tiny_texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 60))) + "." for _ in range(n)]
+
+
+def make_data(root: Path, vocab_size: int = 300) -> Path:
+    """results/data/corpus (DatasetDict train/validation, column text) + results/data/tokenizer."""
+    import datasets
+
+    from steps.train_tokenizer import train_bpe
+    data = root / "results" / "data"
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": tiny_texts(300, 0)}),
+                               "validation": datasets.Dataset.from_dict({"text": tiny_texts(30, 1)})})
+    dd.save_to_disk(str(data / "corpus"))
+    train_bpe(dd["train"]["text"], vocab_size, 2).save_pretrained(str(data / "tokenizer"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def gpt_data_dir(tmp_path_factory) -> Path:
+    return make_data(tmp_path_factory.mktemp("gpt_data"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from steps.config import CONFIG_DIR, ConfigError, cell_config, cells, load_config, validate_config
-from tests.conftest import clean_env, run_stage, snakemake
+from tests.conftest import clean_env, mlflow_runs, run_stage, snakemake
 
 
 # ---- config ----------------------------------------------------------------------------------
@@ -78,19 +78,6 @@ def _job(workdir: Path, cell: str, n: int, fail: bool = False) -> subprocess.Pop
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _runs(workdir: Path):
-    """Every run in the job's real SQLite store, as a DataFrame (run_id, status, tags.*, params.*)."""
-    import pandas as pd
-    from steps.tracking import store
-    client = store.client(f"sqlite:///{workdir / 'results' / 'mlflow.db'}")
-    exps = [e.experiment_id for e in client.search_experiments()]
-    rows = [{"run_id": r.info.run_id, "status": r.info.status,
-             **{f"tags.{k}": v for k, v in r.data.tags.items()},
-             **{f"params.{k}": v for k, v in r.data.params.items()}}
-            for r in client.search_runs(exps, max_results=10_000)]
-    return pd.DataFrame(rows)
-
-
 def test_eight_concurrent_jobs_lose_no_run_and_no_metric(tmp_path):
     n = 40
     procs = [_job(tmp_path, f"c{i}", n) for i in range(8)]
@@ -98,7 +85,7 @@ def test_eight_concurrent_jobs_lose_no_run_and_no_metric(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
     from steps.tracking import store
-    runs = _runs(tmp_path)
+    runs = mlflow_runs(tmp_path)
     assert len(runs) == 8 and set(runs["status"]) == {"FINISHED"}
     client = store.client(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     for cell in (f"c{i}" for i in range(8)):
@@ -118,7 +105,7 @@ def test_failed_job_ends_failed_and_stale_running_run_is_closed(tmp_path):
     assert p.returncode == 1 and "boom" in err
     failed = json.loads((tmp_path / "results/concurrency/f/failed.json").read_text())
     assert not (tmp_path / "results/concurrency/f/metrics.json").exists()
-    runs = _runs(tmp_path).set_index("run_id")
+    runs = mlflow_runs(tmp_path).set_index("run_id")
     assert runs.loc[failed["run_id"], "status"] == "FAILED"
     assert "boom" in runs.loc[failed["run_id"], "tags.error"]
 
@@ -126,15 +113,15 @@ def test_failed_job_ends_failed_and_stale_running_run_is_closed(tmp_path):
     import signal, time
     k = _job(tmp_path, "k", 10_000)
     deadline = time.time() + 120
-    while time.time() < deadline and not len(_runs(tmp_path).query("status == 'RUNNING'")):
+    while time.time() < deadline and not len(mlflow_runs(tmp_path).query("status == 'RUNNING'")):
         time.sleep(0.5)
     k.send_signal(signal.SIGKILL)
     k.wait()
-    assert (_runs(tmp_path)["status"] == "RUNNING").sum() == 1
+    assert (mlflow_runs(tmp_path)["status"] == "RUNNING").sum() == 1
     # ... and the next invocation of the same job closes it
     again = _job(tmp_path, "k", 2)
     assert again.wait(timeout=120) == 0
-    runs = _runs(tmp_path)
+    runs = mlflow_runs(tmp_path)
     assert (runs["status"] == "RUNNING").sum() == 0
     assert (runs["tags.cell"] == "k").sum() == 2
     assert "killed" in runs.query("`tags.cell` == 'k' and status == 'FAILED'")["tags.error"].iloc[0]

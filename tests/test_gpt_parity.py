@@ -8,8 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from steps.gpt_parity import greedy_rows
 from steps.models.hf_convert import from_hf, hf_to_ours_state_dict, ours_to_hf_state_dict, to_hf
 from steps.models.parity import compare, record_activations
-from tests.conftest import run_stage
-from tests.gpt_fixtures import stage_params
+from tests.conftest import run_stage, stage_params
 
 torch.set_num_threads(1)
 CONFIGS = {

@@ -11,8 +11,7 @@ import torch
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.train_step import StepOptions, make_optimizer
 from steps.models.training import TokenWindows, lr_at, train
-from tests.conftest import run_stage
-from tests.gpt_fixtures import TINY_TRAIN, gpt_data_dir, stage_params  # noqa: F401 - fixture
+from tests.conftest import TINY_TRAIN, run_stage, stage_params
 
 torch.set_num_threads(1)
 

@@ -11,19 +11,12 @@ import torch
 import yaml
 
 from steps.config import ConfigError, cell_config, cells, load_config
-from tests.conftest import ROOT
+from steps.perf.compare import describe_change
+from steps.perf.measure import throughput
+from tests.conftest import ROOT, TOY, perf_params
 
 torch.set_num_threads(1)
 DEFAULT, SMOKE, GPU = (ROOT / "configs" / f"{n}.yaml" for n in ("default", "smoke", "gpu"))
-TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
-
-
-def perf_params(**over) -> dict:
-    """The resolved perf section of the default config with a toy model and `over` applied."""
-    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "batch_size": 4, "warmup_steps": 1,
-                                                   "timed_steps": 2, "peak_matmul_size": 128,
-                                                   "cells": {"x": over}}})
-    return cell_config(cfg, "perf", "x")["params"]
 
 
 # ---- matrix expansion ----------------------------------------------------------------------------
@@ -124,7 +117,6 @@ def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     """The MFU numerator of every cell: 6N + 12·L·d·T per token (PaLM appendix B), N counted as
     nanoGPT does (all parameters, tied wte/lm_head once, minus the position embedding wpe)."""
     from steps.hardware import gpt_flops_per_token
-    from steps.perf.stage import throughput
     from steps.perf.step import build_step
 
     p = perf_params()
@@ -219,8 +211,6 @@ def test_compiled_fused_kernels_match_unfused_ops():
 
 # ---- Change column ------------------------------------------------------------------------------------
 def test_change_lists_resolved_differences_only():
-    from steps.perf.stage import describe_change
-
     base = perf_params()
     cell = perf_params(amp="bf16", model={**TOY, "n_layer": 3}, desc="something")
     assert describe_change(cell, base) == "amp=bf16, model.n_layer=3"
@@ -391,7 +381,6 @@ def test_ladder_expands_single_and_cumulative_cells():
         ("bf16", True, 128, True)
     assert last["model"]["block_size"] == 8 and last["attn"] == "manual"
     assert p["a_vocab"]["amp"] == "none" and p["a_vocab"]["model"]["pad_vocab_multiple"] == 128
-    from steps.perf.stage import describe_change
     assert describe_change(p["a_ladder_compile"], p["a_baseline"]) == "amp=bf16, compile=True"
 
 

@@ -10,23 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from steps.config import CONFIG_DIR, cells, load_config
-from tests.conftest import SMOKE, SNAKEFILE, clean_env, snakemake
+from tests.conftest import SMOKE, SNAKEFILE, clean_env, mlflow_runs, smoke_cells, snakemake
 
 pytestmark = pytest.mark.slow
 
 
-def _smoke_cells():
-    cfg = load_config(CONFIG_DIR / "default.yaml", SMOKE)
-    from steps.config import load_schema
-    stages = [s for s in load_schema()["properties"] if isinstance(cfg.get(s), dict) and s not in ("tracking", "report")]
-    return {s: cells(cfg, s) for s in stages}
-
-
 def test_smoke_dag_outputs_and_mlflow_runs(smoke_dag):
-    from tests.test_foundation import _runs
-    runs = _runs(smoke_dag).set_index("run_id")
-    expected = _smoke_cells()
+    runs = mlflow_runs(smoke_dag).set_index("run_id")
+    expected = smoke_cells()
     seen = 0
     for stage, stage_cells in expected.items():
         for cell in stage_cells:
@@ -51,7 +42,7 @@ def test_smoke_dag_outputs_and_mlflow_runs(smoke_dag):
 
 def test_report_lists_every_declared_cell(smoke_dag):
     index = (smoke_dag / "results/reports/index.md").read_text()
-    for stage, stage_cells in _smoke_cells().items():
+    for stage, stage_cells in smoke_cells().items():
         assert f"## {stage}" in index and f"| {stage} |" in index
         table = (smoke_dag / "results/reports" / f"{stage}.md").read_text()
         for cell in stage_cells:

@@ -11,20 +11,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, clean_env, snakemake
-from tests.test_pipeline import _smoke_cells
+from tests.conftest import ROOT, clean_env, mlflow_runs, smoke_cells, snakemake
 
 pytestmark = pytest.mark.slow
 
 
 def test_report_numbers_equal_mlflow_metrics(smoke_dag):
-    from tests.test_foundation import _runs
     from steps.report import hooks
-    runs = _runs(smoke_dag)
+    runs = mlflow_runs(smoke_dag)
     from steps.tracking import store
     client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
     checked = 0
-    for stage in _smoke_cells():
+    for stage in smoke_cells():
         table = pd.read_csv(smoke_dag / "results/reports" / f"{stage}.csv", keep_default_na=False)
         columns = hooks(stage)["REPORT_COLUMNS"] or {}
         for _, row in table[table["status"] == "ok"].iterrows():
@@ -41,7 +39,7 @@ def test_report_numbers_equal_mlflow_metrics(smoke_dag):
 
 
 def test_narrowed_matrix_narrows_tables(smoke_dag, tmp_path):
-    stage, stage_cells = next((s, c) for s, c in _smoke_cells().items() if len(c) >= 2)
+    stage, stage_cells = next((s, c) for s, c in smoke_cells().items() if len(c) >= 2)
     work = tmp_path / "copy"
     shutil.copytree(smoke_dag, work, symlinks=True)
     snakemake(work, "--config", f"{stage}={json.dumps({'select': stage_cells[:1]})}")
@@ -76,7 +74,7 @@ def test_ui_server_serves_every_run_with_tags(smoke_dag):
         ids = [e["experiment_id"] for e in exps]
         runs = _get(f"{base}/api/2.0/mlflow/runs/search", {"experiment_ids": ids, "max_results": 1000})["runs"]
         by_id = {r["info"]["run_id"]: r for r in runs}
-        for stage, stage_cells in _smoke_cells().items():
+        for stage, stage_cells in smoke_cells().items():
             assert f"n00bgpt/{stage}" in names
             for cell in stage_cells:
                 rec = json.loads((smoke_dag / "results" / stage / cell / "metrics.json").read_text())

@@ -10,6 +10,7 @@ import torch
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.train_step import StepOptions, TrainStep, make_optimizer
+from tests.conftest import TOY, perf_params
 
 torch.set_num_threads(1)
 CFG = dict(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
@@ -93,7 +94,6 @@ def test_reproduces_old_perf_loop_given_its_optimizer(impl, name):
 def test_perf_cell_runs_the_gpt_train_step():
     """The perf matrix now times gpt_train's step: a perf cell's step = the old gpt_train loop
     at the cell's lr / weight decay / clipping (decay groups, clipping), and != the old perf loop."""
-    from tests.test_perf import TOY, perf_params
     from steps.perf.step import build_step, micro_batches
 
     p = perf_params(grad_accum=2, adamw="fused")

@@ -20,7 +20,7 @@ import torch
 
 triton = pytest.importorskip("triton", reason="triton is a dependency on Linux x86_64 only")
 
-from steps.perf import fused  # noqa: E402
+from tests.conftest import check_triton_path_stays_off_on_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,13 +97,4 @@ def test_kernels_compile_to_cubin_for_nvidia_gpus(arch, tmp_path, monkeypatch):
 def test_real_triton_path_stays_off_on_cpu():
     """triton is installed (a dependency now): the perf cells must still resolve "auto" to the
     compiled CPU kernels and skip Triton cells with "needs CUDA"."""
-    from steps.perf.step import check_device
-    from steps.tracking import SkipCell
-    from tests.test_perf import perf_params
-
-    assert not fused.triton_available()
-    assert fused.resolve_backend("auto", "cpu") == "compiled"
-    with pytest.raises(RuntimeError, match="needs CUDA"):
-        fused.resolve_backend("triton", "cpu")
-    with pytest.raises(SkipCell, match="needs CUDA"):
-        check_device(perf_params(fused_backend="triton"), torch.device("cpu"))
+    check_triton_path_stays_off_on_cpu()

@@ -33,6 +33,7 @@ triton = pytest.importorskip("triton", reason="triton is a dependency on Linux x
 
 from steps.models.attention import causal_mask  # noqa: E402
 from steps.perf import fused  # noqa: E402
+from tests.conftest import check_triton_path_stays_off_on_cpu  # noqa: E402
 
 TOL = {torch.float64: dict(atol=1e-12, rtol=1e-12), torch.float32: dict(atol=1e-6, rtol=1e-6),
        torch.bfloat16: dict(atol=1e-5, rtol=2 ** -7), torch.float16: dict(atol=1e-5, rtol=2 ** -10)}
@@ -188,7 +189,9 @@ def test_fused_functions_with_triton_kernels_match_unfused_ops(triton_backend, d
     torch.testing.assert_close(hh.grad, ref.grad, **TOL[dtype])
 
 
-# TRITON_INTERPRET=1 in a user's shell: the perf cells still resolve "auto" to the compiled CPU
-# kernels and skip Triton cells with "needs CUDA" (the interpreter is for tests only): the same
-# check as without the interpreter, collected here again so it runs in this process.
-from tests.test_triton_kernels import test_real_triton_path_stays_off_on_cpu  # noqa: E402,F401
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_real_triton_path_stays_off_on_cpu():
+    """TRITON_INTERPRET=1 in a user's shell: the perf cells still resolve "auto" to the compiled
+    CPU kernels and skip Triton cells with "needs CUDA" (the interpreter is for tests only): the
+    same check as tests/test_triton_kernels.py runs without the interpreter, here in this process."""
+    check_triton_path_stays_off_on_cpu()

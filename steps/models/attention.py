@@ -38,7 +38,7 @@ def _plain_linear(m: nn.Module) -> bool:
 
 def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
     """Bool (t_q, t_k), True = may attend; bottom-right aligned for the KV-cache case."""
-    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(t_k - t_q)
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(t_k - t_q)  # (t_q, t_k)
 
 
 class CausalSelfAttention(nn.Module):
@@ -59,33 +59,33 @@ class CausalSelfAttention(nn.Module):
     def qkv(self, x):
         projs = (self.q_proj, self.k_proj, self.v_proj)
         if not all(map(_plain_linear, projs)):
-            return [p(x) for p in projs]
-        w = torch.cat([p.weight for p in projs])
-        b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        return F.linear(x, w, b).split([p.weight.shape[0] for p in projs], dim=-1)
+            return [p(x) for p in projs]  # 3 × (B, T, C)
+        w = torch.cat([p.weight for p in projs])  # (3C, C)
+        b = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])  # (3C,)
+        return F.linear(x, w, b).split([p.weight.shape[0] for p in projs], dim=-1)  # (B, T, 3C) -> 3 × (B, T, C)
 
     def forward(self, x, layer_past=None, use_cache=False):
-        B, T, _ = x.shape
-        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in self.qkv(x))  # (B, h_local, T, hd)
-        past = 0 if layer_past is None else layer_past[0].shape[2]
+        B, T, _ = x.shape  # x: (B, T, C)
+        q, k, v = (t.view(B, T, -1, self.head_dim).transpose(1, 2) for t in self.qkv(x))  # (B, nh, T, hs)
+        past = 0 if layer_past is None else layer_past[0].shape[2]  # T_past cached; T_k = T_past + T
         if self.rope:  # rotate q and k by their absolute positions past .. past+T-1 (NeoX layout)
-            cos, sin = rope_cos_sin(past + T, self.head_dim, dtype=q.dtype, device=q.device)
-            q, k = rope_neox(q, cos[past:], sin[past:]), rope_neox(k, cos[past:], sin[past:])
+            cos, sin = rope_cos_sin(past + T, self.head_dim, dtype=q.dtype, device=q.device)  # (T_k, hs/2)
+            q, k = rope_neox(q, cos[past:], sin[past:]), rope_neox(k, cos[past:], sin[past:])  # (B, nh, T, hs)
         if layer_past is not None:
-            k, v = torch.cat((layer_past[0], k), dim=2), torch.cat((layer_past[1], v), dim=2)
+            k, v = torch.cat((layer_past[0], k), dim=2), torch.cat((layer_past[1], v), dim=2)  # (B, nh, T_k, hs)
         p = self.dropout if self.training else 0.0
         if self.impl == "sdpa":
             if past == 0:   # plain causal (top-left == bottom-right when T_q == T_k)
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, nh, T, hs)
             else:           # cached decoding: new queries see every cached key
-                mask = None if T == 1 else causal_mask(T, k.shape[2], x.device)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+                mask = None if T == 1 else causal_mask(T, k.shape[2], x.device)  # (T, T_k)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, T, hs)
         elif self.impl == "manual":
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
-            att = self.softmax(att, causal_mask(T, k.shape[2], x.device))
-            y = F.dropout(att, p, self.training) @ v
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, nh, T, T_k)
+            att = self.softmax(att, causal_mask(T, k.shape[2], x.device))  # (B, nh, T, T_k)
+            y = F.dropout(att, p, self.training) @ v  # (B, nh, T, T_k) @ (B, nh, T_k, hs) -> (B, nh, T, hs)
         else:
             raise ValueError(f"attn must be 'sdpa' or 'manual', got {self.impl!r}")
-        y = y.transpose(1, 2).reshape(B, T, -1)  # re-assemble the (local) heads side by side
-        y = self.resid_dropout(self.o_proj(y))
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, C): the (local) heads side by side
+        y = self.resid_dropout(self.o_proj(y))  # (B, T, C)
         return (y, (k, v)) if use_cache else y

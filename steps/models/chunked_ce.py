@@ -79,38 +79,38 @@ def _chunked_loss_and_grads(hidden, weight, targets, ignore_index: int, chunk_si
     """The loop. hidden (N, d), weight (V, d), targets (N,). Returns (loss, grad_h, grad_w);
     the gradients are of the mean loss (grad_output = 1), None where not needed."""
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32  # softmax dtype
-    n = hidden.shape[0]
-    valid = targets != ignore_index
+    n = hidden.shape[0]  # N rows
+    valid = targets != ignore_index  # (N,) bool
     n_valid = valid.sum()                                     # a tensor: no host sync
     # per-row gradient scale: 1/n_valid for scored rows, 0 for ignored ones (and all-ignored)
-    row_scale = valid.to(acc) / n_valid.clamp(min=1).to(acc)
-    safe_t = torch.where(valid, targets, torch.zeros_like(targets))  # ignore_index may be < 0
-    w = weight.to(compute_dtype)          # one low-precision copy under autocast, as F.linear
-    total = torch.zeros((), dtype=acc, device=hidden.device)
-    grad_h = torch.empty_like(hidden) if need_grad_h else None
-    grad_w = torch.zeros_like(weight, dtype=torch.promote_types(weight.dtype, acc)) if need_grad_w else None
+    row_scale = valid.to(acc) / n_valid.clamp(min=1).to(acc)  # (N,)
+    safe_t = torch.where(valid, targets, torch.zeros_like(targets))  # (N,); ignore_index may be < 0
+    w = weight.to(compute_dtype)          # (V, d); one low-precision copy under autocast, as F.linear
+    total = torch.zeros((), dtype=acc, device=hidden.device)  # scalar
+    grad_h = torch.empty_like(hidden) if need_grad_h else None  # (N, d)
+    grad_w = torch.zeros_like(weight, dtype=torch.promote_types(weight.dtype, acc)) if need_grad_w else None  # (V, d)
     for s in range(0, n, chunk_size):
-        h = hidden[s:s + chunk_size].to(compute_dtype)
-        t, scale = safe_t[s:s + chunk_size], row_scale[s:s + chunk_size]
+        h = hidden[s:s + chunk_size].to(compute_dtype)        # (C, d)
+        t, scale = safe_t[s:s + chunk_size], row_scale[s:s + chunk_size]  # (C,) each
         z = h @ w.T                                           # (C, V) compute dtype
-        zf = z.to(acc)                                        # fp32 (the same tensor if z is)
+        zf = z.to(acc)                                        # (C, V) fp32 (the same tensor if z is)
         del z
         lse = torch.logsumexp(zf, dim=-1)                     # (C,)
-        z_t = zf.gather(1, t[:, None]).squeeze(1)
-        total = total + ((lse - z_t) * valid[s:s + chunk_size]).sum()
+        z_t = zf.gather(1, t[:, None]).squeeze(1)             # (C,)
+        total = total + ((lse - z_t) * valid[s:s + chunk_size]).sum()  # scalar
         if not (need_grad_h or need_grad_w):
             continue
-        g = zf.sub_(lse[:, None]).exp_()                      # softmax, in place over zf
+        g = zf.sub_(lse[:, None]).exp_()                      # (C, V) softmax, in place over zf
         g[torch.arange(g.shape[0], device=g.device), t] -= 1.0  # − onehot
-        g.mul_(scale[:, None])                                # / n_valid; ignored rows -> 0
-        gc = g.to(compute_dtype)
+        g.mul_(scale[:, None])                                # (C, V) / n_valid; ignored rows -> 0
+        gc = g.to(compute_dtype)                              # (C, V)
         del g, zf
         if need_grad_h:
-            grad_h[s:s + chunk_size] = gc @ w
+            grad_h[s:s + chunk_size] = gc @ w                 # (C, V) @ (V, d) -> (C, d)
         if need_grad_w:
-            grad_w += gc.T @ h                                # accumulated in fp32 (or fp64)
+            grad_w += gc.T @ h                                # (V, C) @ (C, d) -> (V, d), in fp32 (or fp64)
         del gc
-    loss = total / n_valid.to(acc)                            # 0/0 = nan if all are ignored
+    loss = total / n_valid.to(acc)                            # scalar; 0/0 = nan if all are ignored
     return loss, grad_h, None if grad_w is None else grad_w.to(weight.dtype)
 
 
@@ -133,8 +133,8 @@ class LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_output):
         grad_h, grad_w = ctx.saved_tensors
         # the loss is a scalar: the chain rule is a scale (grad_output is 1 for loss.backward())
-        gh = None if grad_h is None else grad_h * grad_output.to(grad_h.dtype)
-        gw = None if grad_w is None else grad_w * grad_output.to(grad_w.dtype)
+        gh = None if grad_h is None else grad_h * grad_output.to(grad_h.dtype)  # (N, d)
+        gw = None if grad_w is None else grad_w * grad_output.to(grad_w.dtype)  # (V, d)
         return gh, gw, None, None, None, None
 
 
@@ -148,8 +148,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     nn.Linear's weight, tied to an embedding or not; it may not require grad). chunk_size rows
     per chunk; None/0 picks default_chunk_size(N, V). With grad disabled, or when neither input
     requires grad, the loss is computed chunk by chunk with no gradient work at all."""
-    d = hidden.shape[-1]
-    hidden, targets = hidden.reshape(-1, d), targets.reshape(-1)
+    d = hidden.shape[-1]  # hidden (..., d)
+    hidden, targets = hidden.reshape(-1, d), targets.reshape(-1)  # (N, d), (N,)
     if targets.shape[0] != hidden.shape[0]:
         raise ValueError(f"{hidden.shape[0]} rows of hidden but {targets.shape[0]} targets")
     if weight.dim() != 2 or weight.shape[1] != d:
@@ -169,6 +169,6 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
 def reference_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
     """The unfused twin (what causal_lm_loss computes after the LM head): full fp32 logits."""
     d = hidden.shape[-1]
-    logits = F.linear(hidden.reshape(-1, d), weight)
-    return F.cross_entropy(logits.float() if logits.dtype != torch.float64 else logits,
-                           targets.reshape(-1), ignore_index=ignore_index)
+    logits = F.linear(hidden.reshape(-1, d), weight)  # (N, V)
+    return F.cross_entropy(logits.float() if logits.dtype != torch.float64 else logits,  # fp32 (N, V) vs (N,)
+                           targets.reshape(-1), ignore_index=ignore_index)  # -> scalar

@@ -12,6 +12,10 @@ GPTConfig.fused_ce (default off): in training mode with labels, the loss comes f
 steps.models.chunked_ce.linear_cross_entropy (LM head + cross-entropy chunk by chunk, never the
 (B·T, V) logits) and the output's `logits` is None. Eval mode, generation and calls without
 labels are unchanged. ce_chunk: rows per chunk, 0 = chunked_ce.default_chunk_size.
+
+Shape comments use nanoGPT's letters: B batch, T sequence length, C = n_embd, V vocabulary, nh
+heads (in attention.py a tensor-parallel rank's local heads), hs = head size; with a KV cache,
+T_past cached positions and T_k = T_past + T keys.
 """
 from __future__ import annotations
 
@@ -80,11 +84,11 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, layer_past=None, use_cache=False):
-        a = self.attn(self.ln_1(x), layer_past, use_cache)
+        a = self.attn(self.ln_1(x), layer_past, use_cache)  # (B, T, C), or ((B, T, C), (k, v)) with use_cache
         if use_cache:
             a, present = a
-        x = x + a
-        x = x + self.mlp(self.ln_2(x))
+        x = x + a  # (B, T, C)
+        x = x + self.mlp(self.ln_2(x))  # (B, T, C)
         return (x, present) if use_cache else x
 
 
@@ -99,24 +103,24 @@ class GPTModel(nn.Module):
         self.ln_f = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
 
     def forward(self, input_ids, past_key_values=None, use_cache=False) -> GPTModelOutput:
-        B, T = input_ids.shape
-        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        B, T = input_ids.shape  # input_ids: (B, T) token ids
+        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]  # T_past cached positions
         if past + T > self.config.block_size and self.wpe is not None:
             raise ValueError(f"sequence length {past + T} > block_size {self.config.block_size}")
-        x = self.wte(input_ids)
+        x = self.wte(input_ids)  # token embeddings (B, T, C)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(past, past + T, device=input_ids.device))
-        x = self.drop(x)
+            x = x + self.wpe(torch.arange(past, past + T, device=input_ids.device))  # + position embeddings (T, C)
+        x = self.drop(x)  # (B, T, C)
         presents = []
         for i, block in enumerate(self.h):
             if use_cache:
-                x, kv = block(x, None if past_key_values is None else past_key_values[i], True)
+                x, kv = block(x, None if past_key_values is None else past_key_values[i], True)  # (B, T, C), (k, v)
                 presents.append(kv)
             elif self.config.checkpoint_activations and self.training:
-                x = checkpoint(block, x, use_reentrant=False)  # recompute in backward, save memory
+                x = checkpoint(block, x, use_reentrant=False)  # (B, T, C); recompute in backward, save memory
             else:
-                x = block(x)
-        return GPTModelOutput(self.ln_f(x), tuple(presents) if use_cache else None)
+                x = block(x)  # (B, T, C)
+        return GPTModelOutput(self.ln_f(x), tuple(presents) if use_cache else None)  # last_hidden_state (B, T, C)
 
 
 class GPTLMHeadModel(nn.Module):
@@ -152,27 +156,27 @@ class GPTLMHeadModel(nn.Module):
         out = self.transformer(input_ids, past_key_values, use_cache)
         if self.config.fused_ce and labels is not None and self.training and not use_cache:
             from steps.models.chunked_ce import linear_cross_entropy
-            loss = linear_cross_entropy(out.last_hidden_state, self.lm_head.weight,
-                                        shift_labels(labels), chunk_size=self.config.ce_chunk)
+            loss = linear_cross_entropy(out.last_hidden_state, self.lm_head.weight,  # (B, T, C), (V, C)
+                                        shift_labels(labels), chunk_size=self.config.ce_chunk)  # -> scalar
             return CausalLMOutput(None, loss, out.past_key_values)
-        logits = self.lm_head(out.last_hidden_state)
+        logits = self.lm_head(out.last_hidden_state)  # (B, T, V)
         loss = None
         if labels is not None:
-            loss = causal_lm_loss(logits, labels)
+            loss = causal_lm_loss(logits, labels)  # scalar
         return CausalLMOutput(logits, loss, out.past_key_values)
 
 
 def shift_labels(labels, ignore_index: int = -100):
     """(B, T) targets of positions 0..T-1: labels[:, t+1], the last position padded as ignored."""
-    return F.pad(labels[:, 1:], (0, 1), value=ignore_index)
+    return F.pad(labels[:, 1:], (0, 1), value=ignore_index)  # (B, T)
 
 
 def causal_lm_loss(logits, labels, ignore_index: int = -100):
     """HF's shift: logits[:, t] predict labels[:, t+1]. Shifting the labels (pad with -100)
     rather than slicing logits[:, :-1] avoids copying the (B, T, V) logits."""
-    shifted = shift_labels(labels, ignore_index)
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1),
-                           ignore_index=ignore_index)
+    shifted = shift_labels(labels, ignore_index)  # (B, T)
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1),  # (B·T, V) vs (B·T,)
+                           ignore_index=ignore_index)  # -> scalar
 
 
 def use_custom_functions(model: nn.Module, attention: bool = True) -> nn.Module:

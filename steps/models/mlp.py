@@ -24,4 +24,4 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))  # (B, T, C) -> (B, T, 4C) -> (B, T, C)

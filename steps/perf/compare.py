@@ -1,0 +1,64 @@
+"""A perf cell against its baseline cell: the Desc and Change columns (every resolved key that
+differs), speedup, and loss drift when both trained the same trajectory. The baseline's numbers
+come from its metrics.json (the rule makes every other cell depend on it)."""
+from __future__ import annotations
+
+import json
+
+from steps.tracking import StageRun
+
+# Keys whose change alters the data or the optimisation path: the loss is then not comparable.
+SAME_TRAJECTORY = ("model", "batch_size", "data_batches", "warmup_steps", "timed_steps", "lr",
+                   "weight_decay", "grad_clip")
+NOT_A_CHANGE = ("desc",)
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def describe_change(params: dict, base: dict) -> str:
+    """`k=v` for every resolved key that differs from the baseline cell's resolved config."""
+    a, b = flat(params), flat(base)
+    return ", ".join(f"{k}={a.get(k)}" for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k) and k.split(".")[0] not in NOT_A_CHANGE)
+
+
+def load_baseline(ctx: StageRun) -> dict | None:
+    """The baseline cell's metrics.json (None for the baseline itself or a lone manual run)."""
+    name = ctx.params["baseline_cell"]
+    path = ctx.out.parent / name / "metrics.json"
+    if ctx.cell == name or not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    return rec if rec.get("status") == "ok" else None
+
+
+def describe_cell(ctx: StageRun) -> dict | None:
+    """Desc and Change columns (set before any skip); returns the baseline record if available."""
+    base = load_baseline(ctx)
+    ctx.info |= {"desc": ctx.params["desc"], "params": ctx.params}
+    if ctx.cell == ctx.params["baseline_cell"]:
+        ctx.info["change"] = ""
+    else:
+        ctx.info["change"] = (describe_change(ctx.params, base["info"]["params"]) if base
+                              else "(baseline not available)")
+    return base
+
+
+def compare_to_baseline(ctx: StageRun, base: dict | None, metrics: dict) -> None:
+    """speedup and loss drift vs the baseline cell (drift only when the trajectory is the same)."""
+    if ctx.cell == ctx.params["baseline_cell"]:
+        metrics |= {"speedup": 1.0, "loss_drift": 0.0}
+        return
+    if base is None:
+        return
+    bp = base["info"]["params"]
+    metrics["speedup"] = metrics["tokens_per_s"] / base["metrics"]["tokens_per_s"]
+    if all(flat({k: ctx.params[k]}) == flat({k: bp[k]}) for k in SAME_TRAJECTORY):
+        metrics["loss_drift"] = metrics["loss"] - base["metrics"]["loss"]
+    else:
+        ctx.info["drift_note"] = "different batches or schedule: loss not comparable"

@@ -1,0 +1,63 @@
+"""Training a word2vec cell's vectors: one seed with the cell's backend (our trainer or gensim on
+the same tokens), and the cell's further seeds: one seed's scores move more than the margin the
+comparison with gensim is judged by (see steps/word2vec.py), so the scores become means over
+seeds, words/s their median."""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from steps.tracking.run import StageRun
+from steps.w2v.baseline import train_gensim
+from steps.w2v.corpus import Corpus
+from steps.w2v.evaluate import evaluate, keyed_vectors
+from steps.w2v.train import TrainConfig, train
+
+QUALITY = ("analogy_acc", "ws353_spearman", "simlex_spearman")
+
+
+def train_vectors(ctx: StageRun, p: dict, corpus: Corpus, seed: int) -> tuple[list[str], "object", dict]:
+    """Train (torch or gensim) on the corpus; returns (words, vectors, metrics). Only the job's
+    own seed logs its loss curve (it is the seed whose vectors are exported)."""
+    cfg = TrainConfig.from_params(p, seed=seed)
+    device = ctx.device if p["backend"] == "torch" else None  # SkipCell if CUDA is absent
+    threads = p["threads"] or ctx.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    m = {**corpus.metrics, "threads": threads}
+    if p["backend"] == "gensim":
+        kv, stats = train_gensim(corpus.sentences, cfg, p["min_count"], workers=threads)
+        if threads > 1:  # hogwild threads race on shared rows: runs differ in the last digits
+            ctx.info["determinism"] = f"gensim with {threads} workers is not bit-reproducible"
+        if set(kv.index_to_key) != set(corpus.vocab.words):
+            raise RuntimeError("gensim built a different vocabulary from the same tokens")
+        words, vectors = list(kv.index_to_key), kv.vectors
+    else:
+        vectors, stats = train(corpus.vocab, corpus.ids, corpus.sid, corpus.metrics["corpus_words"], cfg,
+                               device=device, progress=ctx.progress,
+                               log=ctx.log_metrics if seed == ctx.seed else None)
+        words = corpus.vocab.words
+    return words, vectors, {**m, **stats}
+
+
+def over_seeds(ctx: StageRun, p: dict, corpus: Corpus, first: dict) -> dict:
+    """Train and score seeds seed+1 .. seed+seeds-1 as well; scores become means over all
+    seeds (each also logged per seed, step = seed index), words/s their median, and the
+    sample sd of each score is reported beside them."""
+    if p["seeds"] == 1:
+        return {"seeds": 1}
+    rows = [{"seed": ctx.seed, "words_per_s": first["words_per_s"], **{k: first[k] for k in QUALITY}}]
+    for i in range(1, p["seeds"]):
+        words, vectors, m = train_vectors(ctx, p, corpus, ctx.seed + i)
+        scores, _ = evaluate(keyed_vectors(words, vectors), p["restrict_vocab"], [])
+        rows.append({"seed": ctx.seed + i, "words_per_s": m["words_per_s"], **{k: scores[k] for k in QUALITY}})
+    for i, row in enumerate(rows):
+        ctx.log_metrics({f"seed_{k}": row[k] for k in ("words_per_s", *QUALITY)}, step=i)
+    table = pd.DataFrame(rows)
+    ctx.log_table(table, "seeds")
+    out = {"seeds": len(rows), "words_per_s": float(table["words_per_s"].median()),
+           "first_seed_words_per_s": first["words_per_s"]}
+    for k in QUALITY:
+        out |= {k: float(table[k].mean()), f"first_seed_{k}": first[k], f"{k}_sd": float(table[k].std())}
+    ctx.info["seed_sd"] = ", ".join(f"{name} {out[f'{k}_sd']:.3f}" for name, k in
+                                    zip(("analogy", "WS353", "SimLex"), QUALITY))
+    return out
