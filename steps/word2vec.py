@@ -9,36 +9,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from steps import paths
-from steps.tracking.run import InputError, StageRun, stage_main
+from steps.stage import Stage
+from steps.tracking import InputError, StageRun
 
-REPORT_COLUMNS = {
-    "backend": "info.backend",
-    "optimizer": "info.optimizer",
-    "seeds": "metrics.seeds",
-    "words/s": "metrics.words_per_s",
-    "analogy acc": "metrics.analogy_acc",
-    "analogy n": "metrics.analogy_n",
-    "WS353": "metrics.ws353_spearman",
-    "SimLex": "metrics.simlex_spearman",
-    "sd over seeds": "info.seed_sd",
-    "king−man+woman top-5": "info.king_man_woman_top5",
-}
-# one job cannot know another's speed or scores: the report compares with the gensim row
-REPORT_DERIVED = {"ratio to gensim": ("ratio", "words/s", "gensim"),
-                  "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
-                  "WS353 Δ gensim": ("diff", "WS353", "gensim"),
-                  "SimLex Δ gensim": ("diff", "SimLex", "gensim")}
 # With seeds > 1 the scores above are means over seeds and words/s is their median: on the plays
 # one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more than
 # the 1-point margin the comparison with gensim is judged by.
 QUALITY = ("analogy_acc", "ws353_spearman", "simlex_spearman")
-REPORT_KEYS = {ref.partition(".")[2]: title for title, ref in REPORT_COLUMNS.items()}  # metric -> column
-REPORT_HEADLINE = ("best Google-analogy accuracy", "analogy acc", "max")
-REPORT_CURVES = ["loss"]
 
 
-def report_figures(table, out_dir):
+def report_figures(table, out_dir, folders):
     """Each seed's score per cell (dots) and the mean (bar): is a gap to gensim more than the
     seed-to-seed spread?"""
     from pathlib import Path
@@ -54,8 +34,9 @@ def report_figures(table, out_dir):
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for ax, key, title in zip(axes, QUALITY, ("Google analogy accuracy", "WS353 Spearman", "SimLex Spearman")):
         for x, (cell, row) in enumerate(trained.set_index("cell").iterrows()):
-            seeds = paths.stage_dir("word2vec", cell) / "seeds.csv"
-            values = pd.read_csv(seeds)[key] if seeds.exists() else pd.Series([row[REPORT_KEYS[key]]])
+            seeds = folders[cell] / "seeds.csv"
+            column = next(t for t, ref in STAGE.columns.items() if ref == f"metrics.{key}")
+            values = pd.read_csv(seeds)[key] if seeds.exists() else pd.Series([row[column]])
             ax.bar(x, values.mean(), color="tab:orange" if row["backend"] == "gensim" else "tab:blue", alpha=0.4)
             ax.scatter([x] * len(values), values, color="k", s=10, zorder=3)
         ax.set_xticks(range(len(trained)), trained["cell"], rotation=30, ha="right")
@@ -68,13 +49,12 @@ def report_figures(table, out_dir):
     return [path]
 
 
-def load_sentences(p: dict) -> tuple[list[list[str]], int]:
+def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
     """Tokenised documents of the corpus split (shared tokenizer), cut to max_words if set."""
     from datasets import load_from_disk
 
     from steps.w2v.text import sentences
 
-    path = p["corpus"] or str(paths.CORPUS_DIR)
     try:
         ds = load_from_disk(path)
     except FileNotFoundError as exc:
@@ -116,7 +96,7 @@ def encode_corpus(ctx: StageRun, p: dict) -> Corpus:
     TrainConfig.from_params(p)
     if p["backend"] == "torch":
         ctx.device  # noqa: B018 - the property raises SkipCell
-    sents, raw = load_sentences(p)
+    sents, raw = load_sentences(p, ctx.inputs["corpus"])
     t0 = time.perf_counter()
     vocab = Vocab.build(sents, p["min_count"])
     ids, sid = vocab.encode(sents)
@@ -227,5 +207,29 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "backend": "info.backend",
+        "optimizer": "info.optimizer",
+        "seeds": "metrics.seeds",
+        "words/s": "metrics.words_per_s",
+        "analogy acc": "metrics.analogy_acc",
+        "analogy n": "metrics.analogy_n",
+        "WS353": "metrics.ws353_spearman",
+        "SimLex": "metrics.simlex_spearman",
+        "sd over seeds": "info.seed_sd",
+        "king−man+woman top-5": "info.king_man_woman_top5",
+    },
+    # one job cannot know another's speed or scores: the report compares with the gensim row
+    derived={"ratio to gensim": ("ratio", "words/s", "gensim"),
+             "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
+             "WS353 Δ gensim": ("diff", "WS353", "gensim"),
+             "SimLex Δ gensim": ("diff", "SimLex", "gensim")},
+    headline=("best Google-analogy accuracy", "analogy acc", "max"),
+    curves=["loss"],
+    figures=report_figures,
+)
+
 if __name__ == "__main__":
-    stage_main("word2vec", run)
+    STAGE.main()

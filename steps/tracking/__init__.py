@@ -10,6 +10,6 @@
   store.py       the tracking store (SQLite lock, retries, one experiment per stage)
 """
 from steps.tracking.errors import InputError, SkipCell
-from steps.tracking.run import StageRun, stage_main
+from steps.tracking.run import StageRun
 
-__all__ = ["InputError", "SkipCell", "StageRun", "stage_main"]
+__all__ = ["InputError", "SkipCell", "StageRun"]

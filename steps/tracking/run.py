@@ -11,7 +11,6 @@ from tqdm.auto import tqdm
 from steps.config import config_hash
 from steps.tables import to_markdown
 from steps.tracking.env import seed_all, torch_device
-from steps.tracking.errors import InputError, SkipCell  # noqa: F401 - old import path, until the stages move
 from steps.tracking.mlflow_run import MlflowRun
 
 
@@ -99,9 +98,3 @@ class StageRun:
     def seed_everything(self, seed: int | None = None) -> None:
         """The job seeds once before `run` (steps.tracking.job); call again only for another seed."""
         seed_all(self.seed if seed is None else seed, self.threads)
-
-
-def stage_main(stage: str, run, argv: list[str] | None = None) -> None:
-    """The old entry point, until every stage module has its STAGE object (steps/stage.py)."""
-    from steps.stage import Stage
-    Stage(f"steps.{stage}", run).main(argv)
