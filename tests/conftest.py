@@ -46,7 +46,11 @@ DAG_DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results
 
 
 def stage_paths(stage: str, cell: str, params: dict) -> tuple[dict, dict]:
-    """(inputs, outputs) of one job, as its rule passes them (`--input`/`--output NAME=PATH`)."""
+    """(inputs, outputs) of one job, as its rule passes them (`--input`/`--output NAME=PATH`).
+    The report's inputs are every other job's metrics.json, named <stage>/<cell> (not listed here)."""
+    if stage == "report":
+        return {}, {"index": "results/reports/index.md", "html": "results/reports/index.html",
+                    "plots": "results/reports/plots", "metrics": "results/reports/metrics.json"}
     outputs = {"metrics": f"results/{stage}/{cell}/metrics.json"}
     if stage in DAG_DATA:
         outputs["data"] = DAG_DATA[stage]
