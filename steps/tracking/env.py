@@ -8,17 +8,15 @@ from __future__ import annotations
 import random
 import sys
 
+import numpy as np
+
 from steps.tracking.errors import SkipCell
 
 
 def seed_all(seed: int, threads: int = 0) -> None:
     """Python's, NumPy's and (if imported) torch's global RNG; torch intra-op threads if > 0."""
     random.seed(seed)
-    try:
-        import numpy as np
-        np.random.seed(seed)
-    except ImportError:
-        pass
+    np.random.seed(seed)
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         torch.manual_seed(seed)
