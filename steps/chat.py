@@ -11,12 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer
+
+from steps.models.generate import beam_search, generate
+from steps.models.gpt import GPTConfig, GPTLMHeadModel
+
 
 def load(checkpoint: str | Path, device: str = "cpu"):
-    import torch
-    from transformers import AutoTokenizer
-
-    from steps.models.gpt import GPTConfig, GPTLMHeadModel
     path = Path(checkpoint)
     if not path.exists():
         sys.exit(f"{path} does not exist; fix: run `snakemake --cores 2 {path.parent / 'metrics.json'}` first")
@@ -29,9 +31,6 @@ def load(checkpoint: str | Path, device: str = "cpu"):
 
 def complete(model, tok, prompt: str, max_new_tokens: int = 60, temperature: float = 0.0,
              top_k: int | None = None, top_p: float | None = None, beams: int = 1, seed: int = 0) -> str:
-    import torch
-
-    from steps.models.generate import beam_search, generate
     ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=next(model.parameters()).device)
     if beams > 1:
         out = beam_search(model, ids, beams, max_new_tokens, eos_token_id=tok.eos_token_id)[0]

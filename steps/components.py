@@ -9,27 +9,16 @@ from __future__ import annotations
 
 import importlib
 
-from steps.tracking import StageRun, stage_main
+import pandas as pd
 
-REPORT_COLUMNS = {
-    "checks": "metrics.n_checks",
-    "passed": "metrics.n_pass",
-    "all pass": "metrics.all_pass",
-    "worst err / tol": "metrics.worst_err_over_tol",
-}
-REPORT_HEADLINE = ("worst error ÷ tolerance over all checks", "worst err / tol", "max")
-REPORT_TABLES = ["parity"]
+from steps.models.checks import parity_rows
+from steps.stage import Stage
+from steps.tracking import StageRun
 
 
 def run(ctx: StageRun) -> dict:
-    import pandas as pd
-    import torch
-
-    from steps.models.checks import parity_rows
-
     for name in ctx.params["extra_modules"]:
         importlib.import_module(name)  # registers its checks via @register_parity
-    torch.manual_seed(ctx.seed)
     df = pd.DataFrame(parity_rows(ctx.params))
     ctx.log_table(df, "parity")
     failed = df[~df["pass"]]
@@ -43,5 +32,17 @@ def run(ctx: StageRun) -> dict:
             "worst_err_over_tol": float(ratio)}
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "checks": "metrics.n_checks",
+        "passed": "metrics.n_pass",
+        "all pass": "metrics.all_pass",
+        "worst err / tol": "metrics.worst_err_over_tol",
+    },
+    headline=("worst error ÷ tolerance over all checks", "worst err / tol", "max"),
+    tables=["parity"],
+)
+
 if __name__ == "__main__":
-    stage_main("components", run)
+    STAGE.main()

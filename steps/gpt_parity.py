@@ -9,24 +9,17 @@ other points <= tol_fp32_rel * max(1, |reference|).
 """
 from __future__ import annotations
 
-from steps.tracking import InputError, StageRun, stage_main
+import pandas as pd
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
-REPORT_COLUMNS = {
-    "model": "info.model",
-    "params": "metrics.n_params",
-    "fp64 worst fwd err": "metrics.float64_forward_max_err",
-    "fp64 worst grad err": "metrics.float64_gradient_max_err",
-    "fp32 logits err": "metrics.float32_logits_err",
-    "greedy == HF": "metrics.greedy_match",
-    "all pass": "metrics.all_pass",
-}
-REPORT_HEADLINE = ("worst fp64 gradient error vs HF GPT-2", "fp64 worst grad err", "max")
+from steps.models.generate import generate
+from steps.models.parity import compare
+from steps.stage import Stage
+from steps.tracking import InputError, SkipCell, StageRun
 
 
 def load_hf(p, dtype):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     if p["pretrained"]:
         try:
             return GPT2LMHeadModel.from_pretrained(p["pretrained"], dtype=dtype)
@@ -40,9 +33,6 @@ def load_hf(p, dtype):
 
 
 def greedy_rows(hf, ours, prompt, n_new, dtype_name):
-    import torch
-
-    from steps.models.generate import generate
     ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                       max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0,
                       eos_token_id=None, num_beams=1)
@@ -55,15 +45,9 @@ def greedy_rows(hf, ours, prompt, n_new, dtype_name):
 
 
 def run(ctx: StageRun) -> dict:
-    import pandas as pd
-    import torch
-
-    from steps.models.parity import compare
-
     p = ctx.params
     device = ctx.device
     if p["pretrained"] and device.type != "cuda" and not p["allow_cpu_pretrained"]:
-        from steps.tracking import SkipCell
         raise SkipCell("skipped: pretrained checkpoint cell runs on CUDA (set allow_cpu_pretrained)")
     rows = []
     for dtype_name in p["dtypes"]:
@@ -98,5 +82,19 @@ def run(ctx: StageRun) -> dict:
     return out
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "model": "info.model",
+        "params": "metrics.n_params",
+        "fp64 worst fwd err": "metrics.float64_forward_max_err",
+        "fp64 worst grad err": "metrics.float64_gradient_max_err",
+        "fp32 logits err": "metrics.float32_logits_err",
+        "greedy == HF": "metrics.greedy_match",
+        "all pass": "metrics.all_pass",
+    },
+    headline=("worst fp64 gradient error vs HF GPT-2", "fp64 worst grad err", "max"),
+)
+
 if __name__ == "__main__":
-    stage_main("gpt_parity", run)
+    STAGE.main()

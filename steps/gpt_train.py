@@ -8,28 +8,30 @@ threads, and on a GPU against its published dense peak), a loss-curve plot, and 
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
+from pathlib import Path
 
-from steps import paths
-from steps.tracking import InputError, StageRun, stage_main
+import datasets
+import matplotlib
+import numpy as np
+import pandas as pd
+import torch
+from transformers import AutoTokenizer
 
-REPORT_COLUMNS = {
-    "params (non-emb)": "metrics.n_params_non_embedding",
-    "steps": "metrics.steps",
-    "val loss start": "metrics.val_loss_initial",
-    "val loss end": "metrics.val_loss_final",
-    "val ppl": "metrics.val_ppl_final",
-    "tokens/s": "metrics.tokens_per_s",
-    "MFU": "metrics.mfu",
-    "MFU (published peak)": "metrics.mfu_published",
-    "ours/HF fp32": "metrics.bench_float32_ours_over_hf",
-    "ours/HF bf16": "metrics.bench_bfloat16_ours_over_hf",
-    "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
-}
-REPORT_HEADLINE = ("validation loss after training", "val loss end", "min")
-REPORT_CURVES = ["train_loss", "val_loss"]
-REPORT_TABLES = ["benchmark"]
+from steps.config import config_hash
+from steps.hardware import gpt_flops_per_token, mfu, peak_flops, slow_matmul_reason
+from steps.models.generate import beam_search, generate
+from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.models.hf_convert import to_hf
+from steps.models.train_step import AMP_OF_DTYPE, StepOptions
+from steps.models.training import TokenWindows, benchmark, evaluate, train
+from steps.stage import Stage
+from steps.tracking import InputError, StageRun
+
+matplotlib.use("Agg")  # jobs draw to files, never to a display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min_lr_ratio",
                     "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens", "tf32",
                     "compile", "compile_mode", "adamw")
@@ -37,8 +39,6 @@ FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min
 
 def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
     """One stream: documents joined by EOS so the model learns where texts end."""
-    import numpy as np
-
     eos = tok.eos_token_id
     out, n = [], 0
     for i in range(0, len(texts), 256):
@@ -51,19 +51,15 @@ def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
     return stream[:max_tokens] if max_tokens else stream
 
 
-def load_data(p, seed):
-    import datasets
-    from transformers import AutoTokenizer
-
-    from steps.models.training import TokenWindows
-    for d in (paths.CORPUS_DIR, paths.TOKENIZER_DIR):
-        if not d.exists():
+def load_data(p, seed, corpus: str, tokenizer: str):
+    for d in (corpus, tokenizer):
+        if not Path(d).exists():
             raise InputError(f"{d} does not exist; fix: run `snakemake --cores 2 {d}` (data.smk) first")
-    tok = AutoTokenizer.from_pretrained(str(paths.TOKENIZER_DIR))
-    dd = datasets.load_from_disk(str(paths.CORPUS_DIR))
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    dd = datasets.load_from_disk(corpus)
     for split in ("train", "validation"):
         if split not in dd or "text" not in dd[split].column_names:
-            raise InputError(f"{paths.CORPUS_DIR}: needs splits train/validation with column 'text'; "
+            raise InputError(f"{corpus}: needs splits train/validation with column 'text'; "
                              f"found {dict((k, v.column_names) for k, v in dd.items())}")
     T = p["model"]["block_size"]
     train = tokenize_split(tok, dd["train"]["text"], p["max_train_tokens"])
@@ -72,8 +68,6 @@ def load_data(p, seed):
 
 
 def model_config(p, tok):
-    from steps.models.gpt import GPTConfig
-
     cfg = dict(p["model"])
     cfg["vocab_size"] = cfg.get("vocab_size") or len(tok)
     if cfg["vocab_size"] < len(tok):
@@ -85,8 +79,6 @@ def bench_dtypes(ctx, device) -> list[str]:
     """The benchmark's dtypes this device multiplies natively; the others are named in
     info["bench_skipped"] (a CPU without AVX512-BF16/AMX runs bf16 matmuls ~100x slower than
     fp32: hours for a number that says nothing about either model)."""
-    from steps.hardware import slow_matmul_reason
-
     b = ctx.params["bench"]
     if not b["enabled"]:
         return []
@@ -103,16 +95,6 @@ def bench_dtypes(ctx, device) -> list[str]:
 def run_benchmark(ctx, cfg, peaks, device) -> dict:
     """Ours vs HF GPT-2 (same config, init, batch, dtype): steps/s of gpt_train's own training
     step (steps.models.train_step), interleaved runs."""
-    import copy
-
-    import pandas as pd
-    import torch
-
-    from steps.hardware import gpt_flops_per_token, mfu
-    from steps.models.gpt import GPTLMHeadModel
-    from steps.models.hf_convert import to_hf
-    from steps.models.train_step import AMP_OF_DTYPE, StepOptions
-    from steps.models.training import benchmark
 
     b = ctx.params["bench"]
     torch.manual_seed(ctx.seed)
@@ -158,10 +140,6 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
 
 
 def plot_curves(ctx, history):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([h["step"] for h in history], [h["train_loss"] for h in history], lw=0.8, label="train")
     ev = [h for h in history if "val_loss" in h]
@@ -173,9 +151,6 @@ def plot_curves(ctx, history):
 
 
 def write_samples(ctx, model, tok, device) -> None:
-    import torch
-
-    from steps.models.generate import beam_search, generate
     s = ctx.params["samples"]
     g = torch.Generator().manual_seed(ctx.seed)
     lines = [f"# Samples from gpt_train:{ctx.cell}\n"]
@@ -194,16 +169,8 @@ def write_samples(ctx, model, tok, device) -> None:
 
 
 def run(ctx: StageRun) -> dict:
-    import torch
-
-    from steps.config import config_hash
-    from steps.hardware import gpt_flops_per_token, mfu, peak_flops
-    from steps.models.gpt import GPTLMHeadModel
-    from steps.models.training import evaluate, train
-
-    ctx.seed_everything()  # now that torch is imported: seeds it and sets its thread count
     p, device = ctx.params, ctx.device
-    tok, train_data, val_data = load_data(p, ctx.seed)
+    tok, train_data, val_data = load_data(p, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
     cfg = model_config(p, tok)
     torch.manual_seed(ctx.seed)
     model = GPTLMHeadModel(cfg).to(device)
@@ -240,5 +207,25 @@ def run(ctx: StageRun) -> dict:
     return out
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "params (non-emb)": "metrics.n_params_non_embedding",
+        "steps": "metrics.steps",
+        "val loss start": "metrics.val_loss_initial",
+        "val loss end": "metrics.val_loss_final",
+        "val ppl": "metrics.val_ppl_final",
+        "tokens/s": "metrics.tokens_per_s",
+        "MFU": "metrics.mfu",
+        "MFU (published peak)": "metrics.mfu_published",
+        "ours/HF fp32": "metrics.bench_float32_ours_over_hf",
+        "ours/HF bf16": "metrics.bench_bfloat16_ours_over_hf",
+        "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
+    },
+    headline=("validation loss after training", "val loss end", "min"),
+    curves=["train_loss", "val_loss"],
+    tables=["benchmark"],
+)
+
 if __name__ == "__main__":
-    stage_main("gpt_train", run)
+    STAGE.main()

@@ -5,12 +5,16 @@ MFU is quoted against two peaks: the one measured here on the same device, dtype
 count (what this machine can really do), and, on GPUs, the device's published dense peak for
 the dtype (what the literature quotes: nanoGPT, llm.c, torchtitan). Unknown devices say
 "measured only".
+
+torch is imported inside the functions that use it: JAX ranks read `peak_rss_bytes` from here, and
+loading torch into them would inflate the very peak they measure.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,8 +89,6 @@ PUBLISHED_PEAKS_TFLOPS: list[tuple[str, str, dict[str, float]]] = [
 def published_peak_flops(dtype: str, device_name: str, tf32: bool = False) -> tuple[str, float | None]:
     """(the table's name for the device, its published dense peak FLOP/s for `dtype`), or
     (device_name + " (measured only)", None) for a device or dtype the table does not hold."""
-    import re
-
     for pattern, name, peaks in PUBLISHED_PEAKS_TFLOPS:
         if re.search(pattern, device_name):
             key = "tf32" if dtype == "float32" and tf32 and "tf32" in peaks else dtype  # no TF32: plain FP32

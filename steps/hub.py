@@ -16,6 +16,9 @@ A value is a hub asset when it is none of the offline names (installed packages,
 folders only, never the network: models from the hub cache (HF_HUB_CACHE, default $HF_HOME/hub),
 datasets from the prepared Arrow cache that `load_dataset` reads offline (HF_DATASETS_CACHE, default
 $HF_HOME/datasets).
+
+huggingface_hub and datasets are imported inside the functions that read their caches: the
+Snakefile imports this module to plan every DAG, and loading them costs seconds per snakemake call.
 """
 from __future__ import annotations
 

@@ -7,44 +7,27 @@ the best checkpoint under <out>/best, a Kaggle submission.csv, training examples
 """
 from __future__ import annotations
 
-from steps.tracking import StageRun, stage_main
-
-REPORT_COLUMNS = {
-    "backbone": "info.backbone",
-    "context": "info.context",
-    "mode": "info.mode",
-    "MAP@3": "metrics.test_map3",
-    "MAP@3 (CI)": "info.test_map3_ci",
-    "accuracy": "metrics.test_accuracy",
-    "train examples/s": "metrics.train_examples_per_s",
-    "MFU": "metrics.mfu",
-    "wall time (s)": "metrics.wall_time_s",
-}
-REPORT_HEADLINE = ("best test MAP@3 (chance 0.367)", "MAP@3", "max")
-REPORT_CURVES = ["loss", "eval_map3"]
-REPORT_TABLES = ["test_by_template"]
+from steps.hardware import matmul_peak_flops
+from steps.mcq import data
+from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validation_scores, write_submission
+from steps.mcq.features import MultipleChoiceCollator
+from steps.mcq.metrics import compute_metrics
+from steps.mcq.model import load
+from steps.mcq.train import (CountingTrainer, Throughput, ToStageRun, keep_only_best, peak_dtype,
+                             to_datasets, training_args)
+from steps.stage import Stage
+from steps.tracking import StageRun
 
 
 def run(ctx: StageRun) -> dict:
-    import torch  # noqa: F401 - imported so seed_everything seeds torch too
-
-    from steps.hardware import matmul_peak_flops
-    from steps.mcq import data
-    from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validation_scores, write_submission
-    from steps.mcq.features import MultipleChoiceCollator
-    from steps.mcq.metrics import compute_metrics
-    from steps.mcq.model import load
-    from steps.mcq.train import keep_only_best, make_trainer_classes, peak_dtype, to_datasets, training_args
-
+    # torch is imported (steps.mcq.*) before the job seeds it: the untrained head's init depends on it
     p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
-    ctx.seed_everything()  # the untrained head's init depends on it
-    splits = data.load_splits(p["data"], p["val_fraction"], ctx.seed)
+    splits = data.load_splits(ctx.inputs["data"], p["val_fraction"], ctx.seed)
     tok, model, described = load(p["backbone"], p["allow_hub"], p["pooling"], p["dropout"])
     ds, rows = to_datasets(splits, tok, p["use_context"], p["max_length"],
                            {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]})
     train = p["train"] and "train" in ds
     args, precision = training_args(p, ctx.out, ctx.seed, device, train)
-    Throughput, ToStageRun, CountingTrainer = make_trainer_classes()
     meter = Throughput()
     trainer = CountingTrainer(model=model, args=args, train_dataset=ds["train"] if train else None,
                               eval_dataset=ds["validation"], data_collator=MultipleChoiceCollator(tok),
@@ -79,5 +62,23 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "backbone": "info.backbone",
+        "context": "info.context",
+        "mode": "info.mode",
+        "MAP@3": "metrics.test_map3",
+        "MAP@3 (CI)": "info.test_map3_ci",
+        "accuracy": "metrics.test_accuracy",
+        "train examples/s": "metrics.train_examples_per_s",
+        "MFU": "metrics.mfu",
+        "wall time (s)": "metrics.wall_time_s",
+    },
+    headline=("best test MAP@3 (chance 0.367)", "MAP@3", "max"),
+    curves=["loss", "eval_map3"],
+    tables=["test_by_template"],
+)
+
 if __name__ == "__main__":
-    stage_main("mcq_finetune", run)
+    STAGE.main()

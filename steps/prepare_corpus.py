@@ -1,4 +1,4 @@
-"""prepare_corpus: text sources → an HF DatasetDict (train/validation) under results/data/corpus.
+"""prepare_corpus: text sources → an HF DatasetDict (train/validation), the rule's `data` output.
 
 The split is by document and by seed, so the same config always yields byte-identical files.
 """
@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import random
 
-from steps import paths
-from steps.tracking import InputError, StageRun, stage_main
+import datasets
+import pandas as pd
 
-REPORT_COLUMNS = {
-    "source": "info.source",
-    "train docs": "metrics.train_documents",
-    "val docs": "metrics.validation_documents",
-    "train words": "metrics.train_words",
-    "val words": "metrics.validation_words",
-    "characters": "metrics.characters",
-}
-REPORT_HEADLINE = ("words in the train split", "train words", "max")
+from steps.data.text import load_documents
+from steps.stage import Stage
+from steps.tracking import InputError, StageRun
 
 
 def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[str, list[dict]]:
@@ -32,19 +26,14 @@ def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[st
 
 
 def run(ctx: StageRun) -> dict:
-    import datasets
-    import pandas as pd
-
     p = ctx.params
-    from steps.data.text import load_documents
     docs = [d for d in load_documents(p["source"], p["unit"], p["text_column"])
             if len(d["text"]) >= p["min_chars"]]
     if p["max_documents"]:
         docs = docs[: p["max_documents"]]
     splits = split_documents(docs, p["val_fraction"], ctx.seed)
     dd = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
-    out = paths.CORPUS_DIR
-    dd.save_to_disk(str(out))
+    dd.save_to_disk(ctx.outputs["data"])
     stats, rows = {}, []
     for split, ds in dd.items():
         words = sum(len(t.split()) for t in ds["text"])
@@ -57,5 +46,18 @@ def run(ctx: StageRun) -> dict:
     return {**stats, "characters": stats["train_characters"] + stats["validation_characters"]}
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "source": "info.source",
+        "train docs": "metrics.train_documents",
+        "val docs": "metrics.validation_documents",
+        "train words": "metrics.train_words",
+        "val words": "metrics.validation_words",
+        "characters": "metrics.characters",
+    },
+    headline=("words in the train split", "train words", "max"),
+)
+
 if __name__ == "__main__":
-    stage_main("prepare_corpus", run)
+    STAGE.main()

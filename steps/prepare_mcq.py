@@ -13,21 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from steps import paths
 from steps.mcq import data
-from steps.tracking import InputError, StageRun, stage_main
-
-REPORT_COLUMNS = {
-    "source": "info.source",
-    "questions": "metrics.questions",
-    "train": "metrics.n_train",
-    "validation": "metrics.n_validation",
-    "test": "metrics.n_test",
-    "templates": "metrics.n_templates",
-    "answer balance (max/min letter)": "metrics.answer_balance",
-}
-REPORT_HEADLINE = ("distinct questions", "questions", "max")
-REPORT_TABLES = ["questions_per_template"]
+from steps.mcq.elements import generate
+from steps.mcq.hf_sources import load_hub
+from steps.stage import Stage
+from steps.tracking import InputError, StageRun
 
 
 def build(params: dict, seed: int) -> dict[str, pd.DataFrame]:
@@ -35,14 +25,12 @@ def build(params: dict, seed: int) -> dict[str, pd.DataFrame]:
     source = params["source"]
     fractions = {"validation": params["val_fraction"], "test": params["test_fraction"]}
     if source == "builtin:elements":
-        from steps.mcq.elements import generate
         df = generate(seed, params["templates"], params["context_facts"], params["distractor_pool"])
         # split by element: no element's facts (hence no question) are shared across splits;
         # the element column is dropped afterwards since it would name the answer
         parts = data.split_groups(df, "element", fractions, seed)
         return data.assign_letters({k: v.drop(columns="element") for k, v in parts.items()}, seed)
     if source.startswith("hf:"):
-        from steps.mcq.hf_sources import load_hub
         df = data.dedupe_prompts(load_hub(source, seed, params["max_questions"]))
         splits = data.assign_letters(data.split_groups(df, "prompt", fractions, seed), seed, "hf-")
         return {k: data.validate(v, f"{source} ({k})") for k, v in splits.items()}
@@ -86,7 +74,7 @@ def run(ctx: StageRun) -> dict:
     overlap = set(splits["train"]["prompt"]) & set().union(*(set(splits[s]["prompt"]) for s in splits if s != "train"))
     if overlap:
         raise InputError(f"{len(overlap)} questions appear in train and another split, e.g. {next(iter(overlap))!r}")
-    files = data.write_splits(splits, paths.MCQ_DIR)
+    files = data.write_splits(splits, ctx.outputs["data"])
     metrics, table = stats(splits)
     ctx.log_metrics(metrics)
     ctx.log_table(table, "questions_per_template")
@@ -97,5 +85,20 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "source": "info.source",
+        "questions": "metrics.questions",
+        "train": "metrics.n_train",
+        "validation": "metrics.n_validation",
+        "test": "metrics.n_test",
+        "templates": "metrics.n_templates",
+        "answer balance (max/min letter)": "metrics.answer_balance",
+    },
+    headline=("distinct questions", "questions", "max"),
+    tables=["questions_per_template"],
+)
+
 if __name__ == "__main__":
-    stage_main("prepare_mcq", run)
+    STAGE.main()

@@ -17,21 +17,8 @@ import statistics
 from steps.parallel import engines
 from steps.parallel import launch as launcher
 from steps.parallel.plan import Plan, PlanError
-from steps.tracking import InputError, SkipCell, stage_main
-
-REPORT_COLUMNS = {
-    "backend": "info.backend",
-    "strategy": "info.strategy",
-    "mesh": "info.mesh",
-    "world": "metrics.world",
-    "tokens/s": "metrics.tokens_per_s",
-    "state/rank measured÷analytic": "metrics.state_ratio",
-    "comm/step measured÷analytic": "metrics.comm_ratio",
-    "parity": "info.parity",
-    "max |Δparam|": "metrics.parity_max_dparam",
-    "notes": "info.notes",
-}
-REPORT_HEADLINE = ("worst |Δparam| vs one device after K steps", "max |Δparam|", "max")
+from steps.stage import Stage
+from steps.tracking import InputError, SkipCell
 
 
 def summarize(plan, ranks: list[dict]) -> dict:
@@ -185,5 +172,22 @@ def lessons_metrics(ctx, rec: dict) -> dict:
     return {k: v for k, v in rec.items() if isinstance(v, (int, float))}
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "backend": "info.backend",
+        "strategy": "info.strategy",
+        "mesh": "info.mesh",
+        "world": "metrics.world",
+        "tokens/s": "metrics.tokens_per_s",
+        "state/rank measured÷analytic": "metrics.state_ratio",
+        "comm/step measured÷analytic": "metrics.comm_ratio",
+        "parity": "info.parity",
+        "max |Δparam|": "metrics.parity_max_dparam",
+        "notes": "info.notes",
+    },
+    headline=("worst |Δparam| vs one device after K steps", "max |Δparam|", "max"),
+)
+
 if __name__ == "__main__":
-    stage_main("sharding", run)
+    STAGE.main()

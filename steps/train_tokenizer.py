@@ -1,27 +1,21 @@
 """train_tokenizer: byte-level BPE (HF `tokenizers`) trained on the train split only.
 
-Saved as a `PreTrainedTokenizerFast`, so `AutoTokenizer.from_pretrained(results/data/tokenizer)`
+Saved as a `PreTrainedTokenizerFast`, so `AutoTokenizer.from_pretrained(<the rule's data output>)`
 loads it exactly like a hub tokenizer; the GPU config names `gpt2` instead and takes the same path.
 """
 from __future__ import annotations
 
-from steps import paths
-from steps.tracking import InputError, StageRun, stage_main
+import datasets
+from tokenizers import ByteLevelBPETokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from steps.stage import Stage
+from steps.tracking import InputError, StageRun
 
 EOS = "<|endoftext|>"
-REPORT_COLUMNS = {
-    "tokenizer": "info.tokenizer",
-    "vocab": "metrics.vocab_size",
-    "train tokens": "metrics.train_tokens",
-    "chars/token (val)": "metrics.validation_chars_per_token",
-}
-REPORT_HEADLINE = ("characters per token (validation)", "chars/token (val)", "max")
 
 
 def train_bpe(texts, vocab_size: int, min_frequency: int):
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
-
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
                             special_tokens=[EOS], show_progress=False)
@@ -30,11 +24,8 @@ def train_bpe(texts, vocab_size: int, min_frequency: int):
 
 
 def run(ctx: StageRun) -> dict:
-    import datasets
-    from transformers import AutoTokenizer
-
     p = ctx.params
-    dd = datasets.load_from_disk(str(paths.CORPUS_DIR))
+    dd = datasets.load_from_disk(ctx.inputs["corpus"])
     if p["pretrained"]:
         try:
             tok = AutoTokenizer.from_pretrained(p["pretrained"])
@@ -45,8 +36,8 @@ def run(ctx: StageRun) -> dict:
     else:
         tok = train_bpe(dd["train"]["text"], p["vocab_size"], p["min_frequency"])
         ctx.info["tokenizer"] = f"byte-level BPE {p['vocab_size']}"
-    tok.save_pretrained(str(paths.TOKENIZER_DIR))
-    reloaded = AutoTokenizer.from_pretrained(str(paths.TOKENIZER_DIR))
+    tok.save_pretrained(ctx.outputs["data"])
+    reloaded = AutoTokenizer.from_pretrained(ctx.outputs["data"])
     metrics = {"vocab_size": len(reloaded)}
     for split, ds in dd.items():
         texts = list(ds["text"])
@@ -56,5 +47,16 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "tokenizer": "info.tokenizer",
+        "vocab": "metrics.vocab_size",
+        "train tokens": "metrics.train_tokens",
+        "chars/token (val)": "metrics.validation_chars_per_token",
+    },
+    headline=("characters per token (validation)", "chars/token (val)", "max"),
+)
+
 if __name__ == "__main__":
-    stage_main("train_tokenizer", run)
+    STAGE.main()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 
-from steps.tracking.run import StageRun, stage_main
+from steps.stage import Stage
+from steps.tracking import StageRun
 from steps.w2v.corpus import encode_corpus
 from steps.w2v.evaluate import evaluate, keyed_vectors
 from steps.w2v.figures import seed_scores_figure
@@ -16,35 +17,12 @@ from steps.w2v.outputs import log_outputs
 from steps.w2v.pretrained import load_pretrained
 from steps.w2v.seeds import over_seeds, train_vectors
 
-REPORT_COLUMNS = {
-    "backend": "info.backend",
-    "optimizer": "info.optimizer",
-    "seeds": "metrics.seeds",
-    "words/s": "metrics.words_per_s",
-    "analogy acc": "metrics.analogy_acc",
-    "analogy n": "metrics.analogy_n",
-    "WS353": "metrics.ws353_spearman",
-    "SimLex": "metrics.simlex_spearman",
-    "sd over seeds": "info.seed_sd",
-    "king−man+woman top-5": "info.king_man_woman_top5",
-}
-# one job cannot know another's speed or scores: the report compares with the gensim row
-REPORT_DERIVED = {"ratio to gensim": ("ratio", "words/s", "gensim"),
-                  "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
-                  "WS353 Δ gensim": ("diff", "WS353", "gensim"),
-                  "SimLex Δ gensim": ("diff", "SimLex", "gensim")}
-# With seeds > 1 the scores above are means over seeds and words/s is their median: on the plays
-# one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more than
-# the 1-point margin the comparison with gensim is judged by.
-REPORT_KEYS = {ref.partition(".")[2]: title for title, ref in REPORT_COLUMNS.items()}  # metric -> column
-REPORT_HEADLINE = ("best Google-analogy accuracy", "analogy acc", "max")
-REPORT_CURVES = ["loss"]
 
-
-def report_figures(table, out_dir):
+def report_figures(table, out_dir, folders):
     """Each seed's score per cell (dots) and the mean (bar): is a gap to gensim more than the
     seed-to-seed spread?"""
-    return seed_scores_figure(table, out_dir, REPORT_KEYS)
+    metric_columns = {ref.partition(".")[2]: title for title, ref in STAGE.columns.items()}
+    return seed_scores_figure(table, out_dir, folders, metric_columns)
 
 
 def run(ctx: StageRun) -> dict:
@@ -77,5 +55,32 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "backend": "info.backend",
+        "optimizer": "info.optimizer",
+        "seeds": "metrics.seeds",
+        "words/s": "metrics.words_per_s",
+        "analogy acc": "metrics.analogy_acc",
+        "analogy n": "metrics.analogy_n",
+        "WS353": "metrics.ws353_spearman",
+        "SimLex": "metrics.simlex_spearman",
+        "sd over seeds": "info.seed_sd",
+        "king−man+woman top-5": "info.king_man_woman_top5",
+    },
+    # one job cannot know another's speed or scores: the report compares with the gensim row
+    derived={"ratio to gensim": ("ratio", "words/s", "gensim"),
+             "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
+             "WS353 Δ gensim": ("diff", "WS353", "gensim"),
+             "SimLex Δ gensim": ("diff", "SimLex", "gensim")},
+    # With seeds > 1 the scores are means over seeds and words/s is their median: on the plays
+    # one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more
+    # than the 1-point margin the comparison with gensim is judged by.
+    headline=("best Google-analogy accuracy", "analogy acc", "max"),
+    curves=["loss"],
+    figures=report_figures,
+)
+
 if __name__ == "__main__":
-    stage_main("word2vec", run)
+    STAGE.main()

@@ -45,14 +45,50 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
     return proc
 
 
+# The DAG's data folders, as the rules name them (workflow/rules/data.smk). `stage_paths` gives a
+# stage the inputs and outputs its rule would; test_stage_contract.py checks it against the paths
+# Snakemake passes on the smoke DAG.
+DAG_DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer",
+            "prepare_mcq": "results/data/mcq"}
+
+
+def stage_paths(stage: str, cell: str, params: dict) -> tuple[dict, dict]:
+    """(inputs, outputs) of one job, as its rule passes them (`--input`/`--output NAME=PATH`).
+    The report's inputs are every other job's metrics.json, named <stage>/<cell> (not listed here)."""
+    if stage == "report":
+        return {}, {"index": "results/reports/index.md", "html": "results/reports/index.html",
+                    "plots": "results/reports/plots", "metrics": "results/reports/metrics.json"}
+    outputs = {"metrics": f"results/{stage}/{cell}/metrics.json"}
+    if stage in DAG_DATA:
+        outputs["data"] = DAG_DATA[stage]
+    corpus = {"corpus": DAG_DATA["prepare_corpus"]}
+    inputs = {"train_tokenizer": corpus,
+              "gpt_train": {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]},
+              "word2vec": {} if params.get("backend") == "pretrained" else
+                          {"corpus": params.get("corpus") or DAG_DATA["prepare_corpus"]},
+              "mcq_finetune": {"data": params.get("data") or DAG_DATA["prepare_mcq"]},
+              "perf": {} if cell == params.get("baseline_cell", cell) else
+                      {"baseline": f"results/perf/{params['baseline_cell']}/metrics.json"},
+              }.get(stage, {})
+    return inputs, outputs
+
+
+def io_args(inputs: dict, outputs: dict) -> list[str]:
+    return ([a for k, v in inputs.items() for a in ("--input", f"{k}={v}")]
+            + [a for k, v in outputs.items() for a in ("--output", f"{k}={v}")])
+
+
 def run_stage(workdir: Path, stage: str, params: dict, cell: str = "main", common: dict | None = None,
-              check: bool = True) -> subprocess.CompletedProcess:
-    """Run one stage module as Snakemake would (`python -m steps.<stage> --cfg ... --out ...`)."""
+              check: bool = True, inputs: dict | None = None,
+              outputs: dict | None = None) -> subprocess.CompletedProcess:
+    """Run one stage module as Snakemake would (`python -m steps.<stage> --cfg ... --input ...
+    --output ...`); paths default to those its rule gives it (`stage_paths`)."""
     cfg = {"stage": stage, "cell": cell, "params": params,
            "common": {"seed": 1234, "device": "cpu", "threads": 1, "tracking": {"uri": None}, **(common or {})}}
-    proc = subprocess.run([sys.executable, "-m", f"steps.{stage}", "--out", f"results/{stage}/{cell}",
-                           "--cfg", json.dumps(cfg)], cwd=workdir, capture_output=True, text=True, timeout=600,
-                          env=clean_env())
+    default_in, default_out = stage_paths(stage, cell, params)
+    io = io_args(default_in if inputs is None else inputs, {**default_out, **(outputs or {})})
+    proc = subprocess.run([sys.executable, "-m", f"steps.{stage}", *io, "--cfg", json.dumps(cfg)],
+                          cwd=workdir, capture_output=True, text=True, timeout=600, env=clean_env())
     if check and proc.returncode != 0:
         raise AssertionError(f"{stage} failed:\n{proc.stderr[-5000:]}")
     return proc

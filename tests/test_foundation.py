@@ -58,7 +58,7 @@ def test_cells_select_narrows_and_rejects_unknown():
 # ---- tracking --------------------------------------------------------------------------------
 JOB = textwrap.dedent("""
     import sys
-    from steps.tracking import stage_main
+    from steps.stage import Stage
     def run(ctx):
         for i in range(int(ctx.params["n"])):
             ctx.log_metrics({"loss": 1.0 / (i + 1), "i": i}, step=i)
@@ -66,7 +66,7 @@ JOB = textwrap.dedent("""
         if ctx.params.get("fail"):
             raise RuntimeError("boom")
         return {"final": float(ctx.params["n"])}
-    stage_main("concurrency", run)
+    Stage("concurrency", run).main()   # run with -c: no module, so its name is given
 """)
 
 

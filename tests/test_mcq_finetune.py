@@ -216,7 +216,7 @@ def test_throughput_waits_for_the_gpu_at_both_ends_of_a_step(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", gpu.synchronize)
     model = types.SimpleNamespace(device=torch.device("cuda", 0))  # an HF model on the GPU
-    meter = train.make_trainer_classes()[0]()
+    meter = train.Throughput()
     for _ in range(2):
         gpu.launch(0.0, 0.3)                    # an evaluation's tail still running on the GPU
         meter.on_step_begin(None, None, None, model=model)
@@ -239,7 +239,7 @@ def test_throughput_does_not_synchronise_a_cpu_model(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
     gpu = _GpuClock()
     monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=gpu))
-    meter = train.make_trainer_classes()[0]()
+    meter = train.Throughput()
     meter.on_step_begin(None, None, None, model=torch.nn.Linear(2, 2))
     gpu.launch(0.25, 0.0)
     meter.on_step_end(None, None, None, model=torch.nn.Linear(2, 2))

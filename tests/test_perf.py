@@ -219,24 +219,26 @@ def test_change_lists_resolved_differences_only():
 
 # ---- a smoke matrix end to end ------------------------------------------------------------------------
 def run_cells(tmp_path, cfg: dict, names, db: str | None = None) -> dict:
-    """Each cell as its Snakemake job would run it (`stage_main`, in-process), in order: the
+    """Each cell as its Snakemake job would run it (`STAGE.main`, in-process), in order: the
     metrics.json records by cell."""
-    from steps.perf import run
-    from steps.tracking import stage_main
+    from steps.perf import STAGE
+    from tests.conftest import io_args, stage_paths
 
     recs = {}
     for cell in names:
         job = cell_config(cfg, "perf", cell)
         job["common"] |= {"threads": 1, "tracking": {"uri": db}}
         out = tmp_path / "results" / "perf" / cell
-        stage_main("perf", run, ["--out", str(out), "--cfg", json.dumps(job)])
+        inputs, _ = stage_paths("perf", cell, job["params"])
+        inputs = {k: str(tmp_path / v) for k, v in inputs.items()}
+        STAGE.main([*io_args(inputs, {"metrics": str(out / "metrics.json")}), "--cfg", json.dumps(job)])
         recs[cell] = json.loads((out / "metrics.json").read_text())
     return recs
 
 
 def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     """baseline -> bf16 (reads the baseline: speedup, drift, Change) and a skipped CUDA cell,
-    through stage_main into a real MLflow store (in-process for speed: the smoke DAG runs the
+    through STAGE.main into a real MLflow store (in-process for speed: the smoke DAG runs the
     same cells as `python -m steps.perf` jobs)."""
     from steps.tracking import store
 
@@ -274,13 +276,13 @@ def test_report_bar_chart_marks_skipped_cells(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)  # no results/perf/*/memory_timeline.png here
 
-    from steps.perf import REPORT_COLUMNS, report_figures
+    from steps.perf import STAGE
 
-    assert {"Desc", "Change", "tokens/s", "× baseline", "MFU", "peak memory (MiB)", "drift"} <= set(REPORT_COLUMNS)
+    assert {"Desc", "Change", "tokens/s", "× baseline", "MFU", "peak memory (MiB)", "drift"} <= set(STAGE.columns)
     table = pd.DataFrame({"cell": ["baseline", "amp_bf16", "tf32"], "status": ["ok", "ok", "skipped"],
                           "device": ["cpu", "cpu", None], "tokens/s": [100.0, 250.0, None],
                           "× baseline": [1.0, 2.5, None]})
-    paths = report_figures(table, tmp_path)
+    paths = STAGE.figures(table, tmp_path, {c: tmp_path / "results/perf" / c for c in table["cell"]})
     assert [p.name for p in paths] == ["perf_tokens_per_s.png"] and paths[0].stat().st_size > 0
 
 
@@ -415,7 +417,7 @@ def test_padded_vocabulary_rows_and_data():
 
 
 def test_ladder_cells_run_end_to_end_on_cpu(tmp_path, monkeypatch):
-    """A tiny ladder through stage_main: every cell ends ok, compares with its shape's baseline,
+    """A tiny ladder through STAGE.main: every cell ends ok, compares with its shape's baseline,
     and the cumulative chunked-CE cell trains the same trajectory as its predecessor."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

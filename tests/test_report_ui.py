@@ -17,14 +17,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_report_numbers_equal_mlflow_metrics(smoke_dag):
-    from steps.report import hooks
+    from steps.stage import load
     runs = mlflow_runs(smoke_dag)
     from steps.tracking import store
     client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
     checked = 0
     for stage in smoke_cells():
         table = pd.read_csv(smoke_dag / "results/reports" / f"{stage}.csv", keep_default_na=False)
-        columns = hooks(stage)["REPORT_COLUMNS"] or {}
+        columns = load(stage).columns
         for _, row in table[table["status"] == "ok"].iterrows():
             metrics = client.get_run(row["run_id"]).data.metrics
             for title, ref in columns.items():

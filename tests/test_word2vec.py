@@ -386,11 +386,11 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'a' / 'results' / 'mlflow.db'}")
     loss = client.get_metric_history(records[0]["run_id"], "loss")
     assert loss and len({h.step for h in loss}) == len(loss) == a["steps"]  # one curve: the first seed's
-    monkeypatch.chdir(tmp_path / "a")  # the report's per-seed plot reads results/word2vec/<cell>/seeds.csv
-    from steps.word2vec import report_figures
+    folders = {c: tmp_path / "a" / "results" / "word2vec" / c for c in ("sgd", "gensim")}  # <cell>/seeds.csv
+    from steps.word2vec import STAGE
     table = pd.DataFrame({"cell": ["sgd", "gensim"], "status": ["ok", "ok"], "backend": ["torch", "gensim"],
                           "analogy acc": [a["analogy_acc"], 0.5], "WS353": [None, 0.1], "SimLex": [None, 0.1]})
-    [png] = report_figures(table, tmp_path)
+    [png] = STAGE.figures(table, tmp_path, folders)
     assert png.name == "word2vec_seeds.png" and png.stat().st_size > 0
     timing = ("seconds", "_per_s", "_s", "cpu")
     assert {k: v for k, v in a.items() if not k.endswith(timing)} == \

@@ -11,6 +11,8 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import datasets
+
 from steps.tracking import InputError
 
 
@@ -83,8 +85,6 @@ def shakespeare_documents(unit: str = "scene") -> list[dict]:
 
 def hub_documents(spec: str, text_column: str) -> list[dict]:
     """`hf:<path>[:<name>]` through datasets.load_dataset (all splits pooled, re-split by seed)."""
-    import datasets
-
     path, _, name = spec.removeprefix("hf:").partition(":")
     try:
         dd = datasets.load_dataset(path, name or None)

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from steps.hardware import gpt_flops_per_token
+from steps.mcq.metrics import bootstrap_ci, per_question_scores, top3_letters
+from steps.mcq.model import non_embedding_params
 from steps.tracking import StageRun
+
+matplotlib.use("Agg")  # jobs draw to files, never to a display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 CHANCE_MAP3 = (1 + 1 / 2 + 1 / 3) / 5  # uniform random ranking of 5 options: 0.367
 
 
 def log_by_template(ctx: StageRun, templates, ap, acc, split: str) -> None:
     """Which question kinds the model gets right: a table and a bar chart per template."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
     df = (pd.DataFrame({"template": list(templates), "map3": ap, "accuracy": acc})
           .groupby("template").agg(questions=("map3", "size"), map3=("map3", "mean"),
                                    accuracy=("accuracy", "mean")).reset_index())
@@ -33,8 +38,6 @@ def log_by_template(ctx: StageRun, templates, ap, acc, split: str) -> None:
 
 def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int, templates=None) -> tuple[dict, object]:
     """Predict a split; MAP@3/accuracy with bootstrap CIs when it has answers."""
-    from steps.mcq.metrics import bootstrap_ci, per_question_scores
-
     pred = trainer.predict(ds, metric_key_prefix=split)
     if pred.label_ids is None:
         return {}, pred.predictions
@@ -61,10 +64,6 @@ def validation_scores(trainer, trained: bool) -> dict:
 
 def write_submission(rows, logits, path: Path) -> Path:
     """Kaggle `id,prediction` (top-3 letters) in the CSV's row order (`rows.index`)."""
-    import numpy as np
-    import pandas as pd
-
-    from steps.mcq.metrics import top3_letters
     order = np.argsort(rows.index.to_numpy(), kind="stable")
     top3 = top3_letters(np.asarray(logits)[order])
     pd.DataFrame({"id": rows["id"].to_numpy()[order], "prediction": [" ".join(t) for t in top3]}).to_csv(
@@ -74,9 +73,6 @@ def write_submission(rows, logits, path: Path) -> Path:
 
 def throughput(trainer, meter, model, peak: float) -> dict:
     """Examples/s over optimizer-step time and MFU = achieved FLOP/s / measured matmul peak."""
-    from steps.hardware import gpt_flops_per_token
-    from steps.mcq.model import non_embedding_params
-
     if not trainer.examples or not meter.step_time:
         return {}
     cfg = model.config

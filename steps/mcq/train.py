@@ -11,7 +11,13 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
+from datasets import Dataset, DatasetDict
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from steps.mcq.features import preprocess
 
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # belt and braces: no auto MLflow runs
 
@@ -22,11 +28,6 @@ def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, m
     batched). Evaluation splits are sorted by length: Trainer pads every eval batch to its longest
     pair, and in CSV order that is ~1.5x the mean. The returned rows are in the dataset's order
     and keep the CSV row number as index (write_submission restores the CSV order)."""
-    import numpy as np
-    from datasets import Dataset, DatasetDict
-
-    from steps.mcq.features import preprocess
-
     out, rows = {}, {}
     for name, df in splits.items():
         if limits.get(name):
@@ -46,8 +47,6 @@ def sync_if_cuda(model) -> None:
     """Wait for the work queued on the model's GPU. CUDA kernels run asynchronously: without this
     a clock read at the end of a step sees when its kernels were launched, not when they ran, and
     one read at its start charges the previous evaluation's tail to the step. No-op on the CPU."""
-    import torch
-
     if model is None or not torch.cuda.is_available():
         return
     device = getattr(model, "device", None)  # HF models have one; else the first parameter's
@@ -66,53 +65,47 @@ def peak_dtype(precision: str) -> str:
         raise ValueError(f"precision {precision!r}: expected fp32, fp16 or bf16") from None
 
 
-def make_trainer_classes():
-    """Defined lazily so importing this module does not import transformers."""
-    from transformers import Trainer, TrainerCallback
+class Throughput(TrainerCallback):
+    """Wall time of optimizer steps only (no evaluation or checkpointing in it); on a GPU the
+    clock is read after the queued work has finished (sync_if_cuda)."""
+    def __init__(self):
+        self.step_time, self.t0 = 0.0, None
 
-    class Throughput(TrainerCallback):
-        """Wall time of optimizer steps only (no evaluation or checkpointing in it); on a GPU the
-        clock is read after the queued work has finished (sync_if_cuda)."""
-        def __init__(self):
-            self.step_time, self.t0 = 0.0, None
+    def on_step_begin(self, args, state, control, model=None, **kw):
+        sync_if_cuda(model)
+        self.t0 = time.perf_counter()
 
-        def on_step_begin(self, args, state, control, model=None, **kw):
-            sync_if_cuda(model)
-            self.t0 = time.perf_counter()
+    def on_step_end(self, args, state, control, model=None, **kw):
+        sync_if_cuda(model)
+        self.step_time += time.perf_counter() - self.t0
 
-        def on_step_end(self, args, state, control, model=None, **kw):
-            sync_if_cuda(model)
-            self.step_time += time.perf_counter() - self.t0
 
-    class ToStageRun(TrainerCallback):
-        """Trainer logs (loss, lr, eval_map3 ...) -> the job's own MLflow run, step = global step."""
-        def __init__(self, ctx):
-            self.ctx = ctx
+class ToStageRun(TrainerCallback):
+    """Trainer logs (loss, lr, eval_map3 ...) -> the job's own MLflow run, step = global step."""
+    def __init__(self, ctx):
+        self.ctx = ctx
 
-        def on_log(self, args, state, control, logs=None, **kw):
-            numeric = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
-            self.ctx.log_metrics(numeric, step=state.global_step)
+    def on_log(self, args, state, control, logs=None, **kw):
+        numeric = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+        self.ctx.log_metrics(numeric, step=state.global_step)
 
-    class CountingTrainer(Trainer):
-        """Counts examples and padded tokens the training steps really processed (for MFU)."""
-        examples = 0
-        tokens = 0
 
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            self.examples += inputs["input_ids"].shape[0]
-            self.tokens += inputs["input_ids"].numel()
-            return super().training_step(model, inputs, num_items_in_batch)
+class CountingTrainer(Trainer):
+    """Counts examples and padded tokens the training steps really processed (for MFU)."""
+    examples = 0
+    tokens = 0
 
-    return Throughput, ToStageRun, CountingTrainer
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.examples += inputs["input_ids"].shape[0]
+        self.tokens += inputs["input_ids"].numel()
+        return super().training_step(model, inputs, num_items_in_batch)
 
 
 def training_args(p: dict, out: Path, seed: int, device, train: bool):
-    from transformers import TrainingArguments
-
     cuda = device.type == "cuda"
     precision = p["precision"]
     if precision == "auto":
-        precision = "bf16" if cuda and __import__("torch").cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
+        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
     return TrainingArguments(
         output_dir=str(out / "checkpoints"), seed=seed, data_seed=seed, use_cpu=not cuda,
         num_train_epochs=p["epochs"], max_steps=p["max_steps"] if p["max_steps"] > 0 else -1,

@@ -8,10 +8,19 @@ add theirs with `@register_parity`; the components stage imports the modules nam
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+
+from steps.models import masking as M
+from steps.models import positional as P
+from steps.models.gpt import GPTConfig, GPTLMHeadModel, use_custom_functions
+from steps.models.linear import linear, linear_np
+from steps.models.norms import layer_norm, layer_norm_np, rms_norm, rms_norm_np
+from steps.models.softmax import softmax, softmax_np
 
 PARITY_CHECKS: list[Callable[[dict], list[dict]]] = []
 
@@ -81,9 +90,6 @@ def _t(*shape, grad=True):
 
 @register_parity
 def softmax_checks(params) -> list[dict]:
-    import torch.nn.functional as F
-
-    from steps.models.softmax import softmax, softmax_np
     x = _t(3, 5)
     mask = torch.rand(3, 5) > 0.3
     mask[:, 0] = True  # every row keeps one entry
@@ -99,9 +105,6 @@ def softmax_checks(params) -> list[dict]:
 
 @register_parity
 def linear_checks(params) -> list[dict]:
-    import torch.nn.functional as F
-
-    from steps.models.linear import linear, linear_np
     x, w, b = _t(2, 3, 4), _t(5, 4), _t(5)
     return function_rows("linear", linear, F.linear, linear_np, [x, w, b],
                          [t.detach().numpy() for t in (x, w, b)])
@@ -109,9 +112,6 @@ def linear_checks(params) -> list[dict]:
 
 @register_parity
 def norm_checks(params) -> list[dict]:
-    import torch.nn.functional as F
-
-    from steps.models.norms import layer_norm, layer_norm_np, rms_norm, rms_norm_np
     x, w, b = _t(2, 3, 6), _t(6), _t(6)
     rows = function_rows("LayerNorm", lambda x, w, b: layer_norm(x, w, b, 1e-5),
                          lambda x, w, b: F.layer_norm(x, (6,), w, b, 1e-5),
@@ -126,10 +126,11 @@ def norm_checks(params) -> list[dict]:
 
 @register_parity
 def positional_checks(params) -> list[dict]:
+    # transformers (the reference) is imported here, not at the top: steps.perf.fused registers
+    # its rows in this module, and every perf job would load transformers for nothing
     from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_rope
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
 
-    from steps.models import positional as P
     T, d = 7, 8
     rows = [row("sinusoidal PE (torch)", "NumPy twin", P.sinusoidal(T, d, dtype=torch.float64),
                 P.sinusoidal_np(T, d), 1e-12)]
@@ -155,10 +156,6 @@ def positional_checks(params) -> list[dict]:
 
 @register_parity
 def masking_checks(params) -> list[dict]:
-    import torch.nn.functional as F
-
-    from steps.models import masking as M
-    from steps.models.softmax import softmax
     B, T, d = 3, 6, 4
     lengths = [6, 4, 2]
     ref = np.array([[[j <= i and j < L for j in range(T)] for i in range(T)] for L in lengths])
@@ -175,11 +172,8 @@ def masking_checks(params) -> list[dict]:
 
 @register_parity
 def block_checks(params) -> list[dict]:
-    import copy
+    from transformers.activations import ACT2FN  # the reference; see positional_checks
 
-    from transformers.activations import ACT2FN
-
-    from steps.models.gpt import GPTConfig, GPTLMHeadModel, use_custom_functions
     x = torch.randn(2, 5, 12, dtype=torch.float64)
     rows = [row("gelu_new (tanh)", "transformers ACT2FN['gelu_new']",
                 torch.nn.functional.gelu(x, approximate="tanh"), ACT2FN["gelu_new"](x), 1e-12),

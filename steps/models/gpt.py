@@ -28,8 +28,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from steps.models.attention import CausalSelfAttention
+from steps.models.chunked_ce import linear_cross_entropy
+from steps.models.linear import Linear
 from steps.models.mlp import MLP
-from steps.models.norms import make_norm
+from steps.models.norms import LayerNorm, RMSNorm, make_norm
 
 
 @dataclass
@@ -155,7 +157,6 @@ class GPTLMHeadModel(nn.Module):
     def forward(self, input_ids, labels=None, past_key_values=None, use_cache=False) -> CausalLMOutput:
         out = self.transformer(input_ids, past_key_values, use_cache)
         if self.config.fused_ce and labels is not None and self.training and not use_cache:
-            from steps.models.chunked_ce import linear_cross_entropy
             loss = linear_cross_entropy(out.last_hidden_state, self.lm_head.weight,  # (B, T, C), (V, C)
                                         shift_labels(labels), chunk_size=self.config.ce_chunk)  # -> scalar
             return CausalLMOutput(None, loss, out.past_key_values)
@@ -182,9 +183,6 @@ def causal_lm_loss(logits, labels, ignore_index: int = -100):
 def use_custom_functions(model: nn.Module, attention: bool = True) -> nn.Module:
     """Swap the hand-written autograd Functions in, in place: same parameters, same state dict.
     Used by the components/parity stages; training keeps the fused torch ops."""
-    from steps.models.linear import Linear
-    from steps.models.norms import LayerNorm, RMSNorm
-
     swap = {nn.Linear: Linear, nn.LayerNorm: LayerNorm, nn.RMSNorm: RMSNorm}
     for m in model.modules():
         if type(m) in swap:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 
@@ -33,8 +34,6 @@ def config_from_hf(hf) -> GPTConfig:
 
 
 def hf_config_from_ours(c: GPTConfig):
-    from transformers import GPT2Config
-
     if c.pos != "learned" or c.norm != "layernorm" or not c.bias:
         raise ValueError("only pos=learned, norm=layernorm, bias=True has a GPT-2 equivalent")
     return GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_layer=c.n_layer,
@@ -93,8 +92,6 @@ def from_hf(hf_model) -> GPTLMHeadModel:
 
 
 def to_hf(model: GPTLMHeadModel):
-    from transformers import GPT2LMHeadModel
-
     ref = next(model.parameters())  # same dtype and device as ours
     with torch.device(ref.device):
         hf = GPT2LMHeadModel(hf_config_from_ours(model.config)).to(ref.dtype)

@@ -108,7 +108,7 @@ class TrainStep:
         self.accelerator = None
         self.forward = model
         if opts.accelerate:
-            from accelerate import Accelerator
+            from accelerate import Accelerator  # optional path: only its cells pay for the import
 
             self.accelerator = Accelerator(cpu=device.type == "cpu",
                                            mixed_precision="no" if opts.amp == "none" else opts.amp)

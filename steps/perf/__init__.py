@@ -1,53 +1,37 @@
 """perf: the single-device performance matrix and memory accounting (the seed's "single card
 perf" table). The stage is this package: `python -m steps.perf` (see __main__.py); the cell logic
 is in stage.py, the training step and its knobs in step.py, memory in memory.py, the fused
-kernels in fused.py (+ triton_kernels.py on CUDA). Heavy imports stay inside functions so the
-report can read REPORT_COLUMNS cheaply.
+kernels in fused.py (+ triton_kernels.py on CUDA).
+
+This package's own import stays light, for two reasons: `steps.config` imports `steps.perf.ladder`
+while Snakemake plans the DAG (which runs this file first), and `python -m steps.perf` re-executes
+itself with a malloc setting before any real work (__main__.py). So `run` imports the cell logic
+when a cell runs, and the figures import matplotlib when the report draws them.
 """
 from __future__ import annotations
 
-REPORT_COLUMNS = {
-    "Desc": "info.desc",
-    "Change": "info.change",
-    "device": "info.device",
-    "tokens/s": "metrics.tokens_per_s",
-    "p10": "metrics.tokens_per_s_p10",
-    "p90": "metrics.tokens_per_s_p90",
-    "× baseline": "metrics.speedup",
-    "MFU": "metrics.mfu",
-    "MFU (published peak)": "metrics.mfu_published",
-    "peak memory (MiB)": "metrics.peak_mem_mib",
-    "loss": "metrics.loss",
-    "drift": "metrics.loss_drift",
-    "state mem err %": "metrics.mem_state_err_pct",
-    "peak mem err %": "metrics.mem_peak_err_pct",
-}
-REPORT_HEADLINE = ("best speedup over the fp32 eager baseline", "× baseline", "max")
-REPORT_CURVES = ["train_loss", "step_time_ms"]
-REPORT_TABLES = ["memory", "memory_timeline"]  # analytic vs measured per cell; the timeline cell
+import shutil
+from pathlib import Path
+
+from steps.stage import Stage
 
 
 def run(ctx):
-    from steps.perf.stage import run as run_cell
+    from steps.perf.stage import run as run_cell  # see the module docstring: not at planning time
     return run_cell(ctx)
 
 
-def report_figures(table, out_dir):
+def report_figures(table, out_dir, folders):
     """Bar chart of tokens/s per cell (skipped cells grey) + the timeline cell's memory plot."""
-    import shutil
-    from pathlib import Path
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from steps import paths
 
     if table.empty or "tokens/s" not in table:
         return []
     figs = []
     for cell in table["cell"]:
-        png = paths.stage_dir("perf", cell) / "memory_timeline.png"
+        png = folders[cell] / "memory_timeline.png"
         if png.exists():
             figs.append(Path(shutil.copy(png, Path(out_dir) / f"perf_memory_timeline_{cell}.png")))
     labels = [f"{c}\n(skipped)" if s != "ok" else c for c, s in zip(table["cell"], table["status"])]
@@ -66,3 +50,28 @@ def report_figures(table, out_dir):
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return [path, *figs]
+
+
+STAGE = Stage(
+    __spec__.name, run,
+    columns={
+        "Desc": "info.desc",
+        "Change": "info.change",
+        "device": "info.device",
+        "tokens/s": "metrics.tokens_per_s",
+        "p10": "metrics.tokens_per_s_p10",
+        "p90": "metrics.tokens_per_s_p90",
+        "× baseline": "metrics.speedup",
+        "MFU": "metrics.mfu",
+        "MFU (published peak)": "metrics.mfu_published",
+        "peak memory (MiB)": "metrics.peak_mem_mib",
+        "loss": "metrics.loss",
+        "drift": "metrics.loss_drift",
+        "state mem err %": "metrics.mem_state_err_pct",
+        "peak mem err %": "metrics.mem_peak_err_pct",
+    },
+    headline=("best speedup over the fp32 eager baseline", "× baseline", "max"),
+    curves=["train_loss", "step_time_ms"],
+    tables=["memory", "memory_timeline"],  # analytic vs measured per cell; the timeline cell
+    figures=report_figures,
+)

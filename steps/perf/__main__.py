@@ -12,7 +12,5 @@ if __name__ == "__main__":
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         os.execve(sys.executable, [sys.executable, "-m", "steps.perf", *sys.argv[1:]],
                   {**os.environ, **MALLOC_ENV})
-    from steps.perf import run
-    from steps.tracking import stage_main
-
-    stage_main("perf", run)
+    from steps.perf import STAGE
+    STAGE.main()

@@ -4,6 +4,7 @@ come from its metrics.json (the rule makes every other cell depend on it)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from steps.tracking import StageRun
 
@@ -28,12 +29,12 @@ def describe_change(params: dict, base: dict) -> str:
 
 
 def load_baseline(ctx: StageRun) -> dict | None:
-    """The baseline cell's metrics.json (None for the baseline itself or a lone manual run)."""
-    name = ctx.params["baseline_cell"]
-    path = ctx.out.parent / name / "metrics.json"
-    if ctx.cell == name or not path.exists():
+    """The baseline cell's metrics.json, the rule's `baseline` input (None for the baseline itself
+    or a lone manual run)."""
+    path = ctx.inputs.get("baseline")
+    if ctx.cell == ctx.params["baseline_cell"] or not path:
         return None
-    rec = json.loads(path.read_text())
+    rec = json.loads(Path(path).read_text())
     return rec if rec.get("status") == "ok" else None
 
 

@@ -1,11 +1,15 @@
-"""One MLflow run per Snakemake job, opened and closed by `stage_main`.
+"""One MLflow run per Snakemake job (see steps/stage.py for the contract every stage module keeps).
 
-Every stage module ends with ``stage_main("<stage>", run)`` where ``run(ctx) -> dict`` does the
-work and returns its final metrics. `stage_main` parses the job's resolved config, opens the run
-with the reproducibility tags, closes runs a killed job left RUNNING, ends the run FAILED on any
-error, and writes ``results/<stage>/<cell>/metrics.json`` (run id + final metrics) as the job's
-file output, which is how the report knows which runs belong to this DAG.
+  errors.py      SkipCell, InputError
+  cli.py         the job's command line: --cfg, --input/--output NAME=PATH
+  job.py         the job's life: open the run, seed once, call `run`, write metrics.json
+  run.py         StageRun, what `run(ctx)` gets: config, paths, logging, device
+  mlflow_run.py  the MLflow run: tags, params, buffered metrics, status
+  env.py         seeding, torch threads, the torch device
+  provenance.py  package versions, git commit
+  store.py       the tracking store (SQLite lock, retries, one experiment per stage)
 """
-from steps.tracking.run import InputError, SkipCell, StageRun, stage_main
+from steps.tracking.errors import InputError, SkipCell
+from steps.tracking.run import StageRun
 
-__all__ = ["InputError", "SkipCell", "StageRun", "stage_main"]
+__all__ = ["InputError", "SkipCell", "StageRun"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 import zlib
 
+from gensim.models import Word2Vec
+
 from steps.w2v.train import TrainConfig
 
 
@@ -18,8 +20,6 @@ def stable_hash(text: str) -> int:
 def train_gensim(sentences: list[list[str]], cfg: TrainConfig, min_count: int, workers: int):
     """Returns (KeyedVectors, stats). Only `train()` is timed (vocab building is not, for either
     trainer); words/s = raw corpus words x epochs / train seconds, the same count ours uses."""
-    from gensim.models import Word2Vec
-
     model = Word2Vec(vector_size=cfg.dim, window=cfg.window, negative=cfg.negative, hs=0,
                      sample=cfg.sample, min_count=min_count, sg=int(cfg.arch == "skipgram"),
                      cbow_mean=1, alpha=cfg.lr, min_alpha=cfg.min_lr, epochs=cfg.epochs,

@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 from datasets import load_from_disk
 
-from steps import paths
-from steps.tracking.run import InputError, StageRun
+from steps.tracking import InputError, StageRun
 from steps.w2v.text import sentences
 from steps.w2v.train import TrainConfig
 from steps.w2v.vocab import Vocab
 
 
-def load_sentences(p: dict) -> tuple[list[list[str]], int]:
-    """Tokenised documents of the corpus split (shared tokenizer), cut to max_words if set."""
-    path = p["corpus"] or str(paths.CORPUS_DIR)
+def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
+    """Tokenised documents of the corpus split at `path` (the rule's corpus input; shared
+    tokenizer), cut to max_words if set."""
     try:
         ds = load_from_disk(path)
     except FileNotFoundError as exc:
@@ -55,7 +54,7 @@ def encode_corpus(ctx: StageRun, p: dict) -> Corpus:
     TrainConfig.from_params(p)
     if p["backend"] == "torch":
         ctx.device  # noqa: B018 - the property raises SkipCell
-    sents, raw = load_sentences(p)
+    sents, raw = load_sentences(p, ctx.inputs["corpus"])
     t0 = time.perf_counter()
     vocab = Vocab.build(sents, p["min_count"])
     ids, sid = vocab.encode(sents)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
+from gensim.models import KeyedVectors
+from gensim.test.utils import datapath
+
+matplotlib.use("Agg")  # jobs draw to files, never to a display
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 ANALOGIES, WS353, SIMLEX = "questions-words.txt", "wordsim353.tsv", "simlex999.txt"
 
 
 def keyed_vectors(words: list[str], vectors: np.ndarray):
-    from gensim.models import KeyedVectors
-
     kv = KeyedVectors(vector_size=vectors.shape[1], dtype=np.float32)
     kv.add_vectors(words, vectors.astype(np.float32))
     return kv
@@ -65,8 +69,6 @@ def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tupl
     """Returns (metrics, info). Analogy accuracy is over the questions whose four words are in
     the first `restrict_vocab` words of the vocabulary (gensim's rule; others are skipped and
     counted in analogy_coverage); similarity OOV pairs are skipped and reported as a rate."""
-    from gensim.test.utils import datapath
-
     res = analogies(kv, datapath(ANALOGIES), restrict_vocab)
     ok, syntactic = res["correct"], np.array([s.startswith("gram") for s in res["sections"]], bool)
 
@@ -100,10 +102,6 @@ def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tupl
 
 def pca_plot(kv, groups: dict[str, list[str]], title: str):
     """2-D PCA of the chosen word groups (unit-normalised vectors): do related words cluster?"""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [(g, w) for g, ws in groups.items() for w in ws if w in kv]
     fig, ax = plt.subplots(figsize=(7, 6))
     if len(rows) >= 3:

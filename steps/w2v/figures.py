@@ -9,20 +9,19 @@ matplotlib.use("Agg")  # before pyplot: the report draws without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from steps import paths  # noqa: E402
 from steps.w2v.seeds import QUALITY  # noqa: E402
 
 
-def seed_scores_figure(table: pd.DataFrame, out_dir, columns: dict[str, str]) -> list[Path]:
-    """`table` is the report's word2vec table; `columns` maps a score's metric key to its column
-    title there (the fallback when a cell has no seeds.csv)."""
+def seed_scores_figure(table: pd.DataFrame, out_dir, folders: dict, columns: dict[str, str]) -> list[Path]:
+    """`table` is the report's word2vec table, `folders` each cell's output folder; `columns` maps
+    a score's metric key to its column title there (the fallback when a cell has no seeds.csv)."""
     trained = table[(table["status"] == "ok") & table["backend"].isin(["torch", "gensim"])]
     if trained.empty:
         return []
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for ax, key, title in zip(axes, QUALITY, ("Google analogy accuracy", "WS353 Spearman", "SimLex Spearman")):
         for x, (cell, row) in enumerate(trained.set_index("cell").iterrows()):
-            seeds = paths.stage_dir("word2vec", cell) / "seeds.csv"
+            seeds = Path(folders[cell]) / "seeds.csv"
             values = pd.read_csv(seeds)[key] if seeds.exists() else pd.Series([row[columns[key]]])
             ax.bar(x, values.mean(), color="tab:orange" if row["backend"] == "gensim" else "tab:blue", alpha=0.4)
             ax.scatter([x] * len(values), values, color="k", s=10, zorder=3)

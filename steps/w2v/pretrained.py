@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+from transformers import AutoModel, AutoTokenizer
 
 WORDLIKE = re.compile(r"^[a-z]+$")
 
@@ -47,8 +48,6 @@ def single_token_words(tokenizer) -> dict[str, int]:
 
 
 def load_pretrained(name: str) -> tuple[list[str], np.ndarray, dict]:
-    from transformers import AutoModel, AutoTokenizer
-
     folder = resolve_model_dir(name)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModel.from_pretrained(folder)

@@ -4,22 +4,25 @@ rule prepare_corpus:
     output:
         data=directory("results/data/corpus"),
         metrics="results/prepare_corpus/main/metrics.json",
-    params: cfg=job_config(register("prepare_corpus"))
+    params: **stage_params()
     log: "results/logs/prepare_corpus/main.log"
     benchmark: "results/benchmarks/prepare_corpus/main.tsv"
     threads: 1
+    conda: LAB_ENV
     shell: STAGE_SHELL
 
 
 rule train_tokenizer:
-    input: rules.prepare_corpus.output.data
+    input:
+        corpus=rules.prepare_corpus.output.data,
     output:
         data=directory("results/data/tokenizer"),
         metrics="results/train_tokenizer/main/metrics.json",
-    params: cfg=job_config(register("train_tokenizer"))
+    params: **stage_params()
     log: "results/logs/train_tokenizer/main.log"
     benchmark: "results/benchmarks/train_tokenizer/main.tsv"
     threads: 1
+    conda: LAB_ENV
     shell: STAGE_SHELL
 
 
@@ -27,8 +30,9 @@ rule prepare_mcq:
     output:
         data=directory("results/data/mcq"),
         metrics="results/prepare_mcq/main/metrics.json",
-    params: cfg=job_config(register("prepare_mcq"))
+    params: **stage_params()
     log: "results/logs/prepare_mcq/main.log"
     benchmark: "results/benchmarks/prepare_mcq/main.tsv"
     threads: 1
+    conda: LAB_ENV
     shell: STAGE_SHELL

@@ -2,31 +2,34 @@
 
 rule components:
     output: metrics="results/components/{cell}/metrics.json"
-    params: cfg=job_config(register("components"))
+    params: **stage_params()
     log: "results/logs/components/{cell}.log"
     benchmark: "results/benchmarks/components/{cell}.tsv"
     threads: config["threads"]
+    conda: LAB_ENV
     shell: STAGE_SHELL
 
 
 rule gpt_parity:
     output: metrics="results/gpt_parity/{cell}/metrics.json"
-    params: cfg=job_config(register("gpt_parity"))
+    params: **stage_params()
     log: "results/logs/gpt_parity/{cell}.log"
     benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
     resources: gpu=job_gpus("gpt_parity")
     threads: config["threads"]
+    conda: LAB_ENV
     shell: STAGE_SHELL
 
 
 rule gpt_train:
     input:
-        corpus="results/data/corpus",
-        tokenizer="results/data/tokenizer",
+        corpus=rules.prepare_corpus.output.data,
+        tokenizer=rules.train_tokenizer.output.data,
     output: metrics="results/gpt_train/{cell}/metrics.json"
-    params: cfg=job_config(register("gpt_train"))
+    params: **stage_params()
     log: "results/logs/gpt_train/{cell}.log"
     benchmark: "results/benchmarks/gpt_train/{cell}.tsv"
     resources: gpu=job_gpus("gpt_train")
     threads: config["threads"]
+    conda: LAB_ENV
     shell: STAGE_SHELL

@@ -4,9 +4,10 @@
 
 rule sharding:
     output: metrics="results/sharding/{cell}/metrics.json"
-    params: cfg=job_config(register("sharding"))
+    params: **stage_params()
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
     resources: gpu=job_gpus("sharding")
-    threads: lambda wildcards: cell_config(config, "sharding", wildcards.cell)["params"]["job_threads"] or config["threads"]
+    threads: lambda wildcards: cell_params("sharding", wildcards)["job_threads"] or config["threads"]
+    conda: LAB_ENV
     shell: STAGE_SHELL

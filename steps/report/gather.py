@@ -1,0 +1,107 @@
+"""The report's numbers: each cell's record (metrics.json, or why there is none), this DAG's runs
+from MLflow, and one table per stage shaped by its Stage object (columns, derived, headline)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from steps.stage import Stage
+from steps.tables import fmt
+
+
+def load_cell(metrics: Path, stage: str, cell: str) -> dict:
+    """metrics.json of a cell, or a record explaining why there is none."""
+    if metrics.exists():
+        return json.loads(metrics.read_text())
+    failed = metrics.with_name("failed.json")
+    if failed.exists():
+        rec = json.loads(failed.read_text())
+        return {**rec, "status": "failed", "reason": rec.get("error", "failed")}
+    return {"stage": stage, "cell": cell, "status": "missing", "reason": "not run (no metrics.json)",
+            "metrics": {}, "info": {}}
+
+
+def fetch_runs(client, run_ids: list[str]) -> pd.DataFrame:
+    """This DAG's runs from MLflow, indexed by run id."""
+    ids = sorted({r for r in run_ids if r})
+    if not ids:
+        return pd.DataFrame()
+    exps = [e.experiment_id for e in client.search_experiments()]
+    frames = []
+    for i in range(0, len(ids), 50):  # keep each filter string short
+        chunk = ", ".join(f"'{r}'" for r in ids[i:i + 50])
+        frames.append(mlflow.search_runs(experiment_ids=exps, output_format="pandas",
+                                         filter_string=f"attributes.run_id IN ({chunk})"))
+    return pd.concat(frames, ignore_index=True).set_index("run_id")
+
+
+def lookup(ref: str, rec: dict, run: pd.Series | None):
+    """`metrics.x` from MLflow (metrics.json as fallback), `info.x` from metrics.json."""
+    kind, _, key = ref.partition(".")
+    if kind == "metrics":
+        col = f"metrics.{key}"
+        if run is not None and col in run.index and pd.notna(run[col]):
+            return float(run[col])
+        return rec.get("metrics", {}).get(key)
+    if kind == "info":
+        value = rec.get("info", {}).get(key)
+        return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    if kind == "params" and run is not None:
+        return run.get(f"params.{key}")
+    return None
+
+
+def derive(table: pd.DataFrame, derived: dict) -> pd.DataFrame:
+    for title, (how, column, ref_cell) in (derived or {}).items():
+        ref = table.loc[table["cell"] == ref_cell, column] if column in table else pd.Series(dtype=float)
+        base = pd.to_numeric(ref, errors="coerce").dropna()
+        values = pd.to_numeric(table.get(column), errors="coerce")
+        if base.empty or values is None:
+            table[title] = None
+            continue
+        table[title] = values / base.iloc[0] if how == "ratio" else values - base.iloc[0]
+    return table
+
+
+def stage_table(records: dict[str, dict], runs: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+    """One row per declared cell from its record (`load_cell`) and its MLflow run."""
+    rows = []
+    for cell, rec in records.items():
+        run_id = rec.get("run_id")
+        run = runs.loc[run_id] if run_id and len(runs) and run_id in runs.index else None
+        row = {"cell": cell, "status": rec.get("status"), "reason": rec.get("reason", "")}
+        row |= {t: lookup(ref, rec, run) for t, ref in stage.columns.items()}
+        row["experiment_id"] = rec.get("experiment_id") or ""
+        row["run_id"] = run_id or ""
+        rows.append(row)
+    return derive(pd.DataFrame(rows), stage.derived)
+
+
+def headline(table: pd.DataFrame, stage: Stage) -> tuple[str, str, str]:
+    spec = stage.headline
+    ok = table[table["status"] == "ok"]
+    if not spec or spec[1] not in table or ok.empty:
+        return "", "", ""
+    label, column, pick = spec
+    values = pd.to_numeric(ok[column], errors="coerce")
+    if values.dropna().empty:
+        return label, "", ""
+    i = values.idxmax() if pick == "max" else values.idxmin()
+    return label, f"{fmt(float(values[i]))} ({ok.loc[i, 'cell']})", ok.loc[i, "run_id"]
+
+
+def logged_tables(folders: dict[str, Path], names) -> dict[str, pd.DataFrame]:
+    """Tables the cells logged (`<cell folder>/<name>.csv`), stacked with a `cell` column."""
+    out = {}
+    for name in names or []:
+        frames = []
+        for cell, folder in folders.items():
+            f = folder / f"{name}.csv"
+            if f.exists():
+                frames.append(pd.read_csv(f).assign(cell=cell))
+        if frames:
+            out[name] = pd.concat(frames, ignore_index=True)
+    return out

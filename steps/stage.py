@@ -1,0 +1,77 @@
+"""The stage contract: one small object per stage module, read by the module's `main`, the report
+and the tests. Every stage module (`steps/<stage>.py`, or the package `steps/<stage>/`) ends with
+
+    STAGE = Stage(__spec__.name, run, columns={...}, headline=(...), ...)
+
+    if __name__ == "__main__":
+        STAGE.main()
+
+and its Snakemake rule carries the same name (`rule <stage>:` runs `python -m steps.<stage>`,
+workflow/rules/common.smk). The name is never typed: it is the module's own name.
+
+`run(ctx: StageRun) -> dict` does the work and returns the cell's final metrics (numbers land in
+metrics.json's `metrics` and in MLflow, anything else in `info`). The report shapes the stage's
+section from the rest:
+
+  columns   {"title": "metrics.<key>" | "info.<key>" | "params.<key>"}      one row per cell
+  derived   {"title": ("ratio" | "diff", "<column title>", "<reference cell>")}
+  headline  ("what the number is", "<column title>", "max" | "min")          the index line
+  curves    ["<metric key logged with steps>", ...]      plotted per cell from MLflow history
+  tables    ["<name>", ...]        tables the cells logged (<cell folder>/<name>.csv), stacked
+  figures   f(table, plots_dir, folders) -> [png paths]   stage-specific plots; `folders` maps
+            each cell to its job's folder (where its metrics.json is)
+
+tests/test_stage_contract.py checks every column against what `run` returned on the smoke DAG.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from steps.tracking import StageRun
+from steps.tracking.job import run_job
+
+COLUMN_KINDS = ("metrics", "info", "params")
+
+
+@dataclass(frozen=True)
+class Stage:
+    module: str                                   # the module's import name: `__spec__.name`
+    run: Callable[[StageRun], dict]
+    columns: Mapping[str, str] = field(default_factory=dict)
+    derived: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    headline: tuple[str, str, str] | None = None
+    curves: Sequence[str] = ()
+    tables: Sequence[str] = ()
+    figures: Callable | None = None
+
+    def __post_init__(self):
+        for title, ref in self.columns.items():
+            kind, dot, key = ref.partition(".")
+            if kind not in COLUMN_KINDS or not dot or not key:
+                raise ValueError(f"{self.module}: column {title!r} -> {ref!r}: expected "
+                                 f"one of {COLUMN_KINDS} + '.<key>'")
+        for title, (how, column, _cell) in self.derived.items():
+            if how not in ("ratio", "diff") or column not in self.columns:
+                raise ValueError(f"{self.module}: derived {title!r}: ({how!r}, {column!r}) needs "
+                                 "ratio|diff of a declared column")
+        if self.headline and self.headline[1] not in {*self.columns, *self.derived}:
+            raise ValueError(f"{self.module}: headline column {self.headline[1]!r} is not a column")
+
+    @property
+    def name(self) -> str:
+        """The stage, its rule and its MLflow experiment: the module's last name part."""
+        return self.module.rpartition(".")[2]
+
+    def main(self, argv: list[str] | None = None) -> None:
+        """`python -m steps.<stage> --cfg JSON --output metrics=PATH [--input NAME=PATH ...]`."""
+        run_job(self, argv)
+
+
+def load(stage: str) -> Stage:
+    """The Stage object of `steps.<stage>` (imports the module: its libraries come with it)."""
+    obj = getattr(importlib.import_module(f"steps.{stage}"), "STAGE", None)
+    if not isinstance(obj, Stage) or obj.name != stage:
+        raise LookupError(f"steps.{stage} has no STAGE = Stage(__spec__.name, run, ...)")
+    return obj

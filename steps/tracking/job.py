@@ -1,0 +1,91 @@
+"""One job's life: parse its command line, open its MLflow run, seed, call the stage's `run`, and
+write metrics.json (or failed.json). metrics.json names the run id: it is how the report knows
+which runs belong to this DAG. Every failure ends the run FAILED; a SkipCell ends it skipped."""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from steps.config import ConfigError
+from steps.tracking.cli import parse_args
+from steps.tracking.errors import InputError, SkipCell
+from steps.tracking.provenance import is_number
+from steps.tracking.run import StageRun
+
+if TYPE_CHECKING:
+    from steps.stage import Stage
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)  # atomic: a killed job never leaves a half-written metrics.json
+
+
+def split_metrics(metrics: dict) -> tuple[dict, dict]:
+    """`run`'s result: numbers go to metrics (NaN -> null), everything else to info."""
+    numbers, info = {}, {}
+    for k, v in (metrics or {}).items():
+        if is_number(v):
+            numbers[k] = None if isinstance(v, float) and math.isnan(v) else float(v)
+        else:
+            info[k] = v
+    return numbers, info
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(f"killed by signal {signum}")
+
+
+def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
+    """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
+    name = stage.name
+    args = parse_args(f"python -m {stage.module}", argv)
+    common = args.cfg.get("common", {})
+    ctx = StageRun(name, args.cfg.get("cell", "main"), args.cfg.get("params", {}), common, args.out,
+                   (common.get("tracking") or {}).get("uri"), log_to_mlflow=args.mlflow,
+                   inputs=args.inputs, outputs=args.outputs)
+    metrics_file = Path(args.outputs["metrics"])
+    failed_file = metrics_file.with_name("failed.json")
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    t0 = time.time()
+    record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash,
+              "tracking_uri": ctx.uri}
+    try:
+        ctx.start()
+        ctx.seed_everything()
+        result = stage.run(ctx) or {}
+        numbers, info = split_metrics(result)
+        numbers["wall_time_s"] = round(time.time() - t0, 3)
+        ctx.log_metrics({k: v for k, v in numbers.items() if v is not None})
+        info.update(ctx.info)
+        record.update(status="ok", run_id=ctx.run_id, experiment_id=ctx.experiment_id,
+                      metrics=numbers, info=info)
+        ctx.end("ok")
+    except SkipCell as exc:
+        record.update(status="skipped", reason=str(exc), run_id=ctx.run_id,
+                      experiment_id=ctx.experiment_id, metrics={}, info=dict(ctx.info))
+        ctx.end("skipped", str(exc))
+    except BaseException as exc:  # noqa: BLE001 - every failure must end the run FAILED
+        expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit,
+                                    KeyboardInterrupt))
+        message = f"{type(exc).__name__}: {exc}"
+        try:
+            ctx.end("failed", message)
+        finally:
+            _write_json(failed_file, {**record, "status": "failed", "run_id": ctx.run_id,
+                                      "experiment_id": ctx.experiment_id, "error": message})
+        if not expected:
+            traceback.print_exc()
+        print(f"\n{name}[{ctx.cell}] failed: {message}", file=sys.stderr)
+        sys.exit(1)
+    failed_file.unlink(missing_ok=True)
+    _write_json(metrics_file, record)
+    print(f"{name}[{ctx.cell}] {record['status']}: run {ctx.run_id} -> {metrics_file}",
+          file=sys.stderr)

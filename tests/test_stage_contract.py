@@ -1,0 +1,132 @@
+"""The stage contract (steps/stage.py): one Stage object per stage module, read by its rule, its
+`main` and the report; and Snakemake as the single source of the paths every job gets."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from steps.stage import Stage, load
+from tests.conftest import ROOT, clean_env, smoke_cells, snakemake, stage_paths
+
+RULES = ROOT / "workflow" / "rules"
+
+# Columns a smoke cell's `run` does not return, each with why. Any other missing key fails: a
+# renamed metric must not leave its report column silently empty.
+EXPECTED_ABSENT = {
+    ("gpt_train", "main", "ours/HF bf16"): "the smoke config benchmarks float32 only (gpt_train.bench.dtypes)",
+}
+
+
+def stage_rules() -> list[str]:
+    """Rules that run a stage module (`shell: STAGE_SHELL`), in file order."""
+    names = []
+    for smk in sorted(RULES.glob("*.smk")):
+        for block in re.split(r"\n(?=rule )", smk.read_text()):
+            m = re.match(r"rule (\w+):", block)
+            if m and "shell: STAGE_SHELL" in block:
+                names.append(m.group(1))
+    return names
+
+
+def test_every_stage_rule_runs_a_module_with_its_stage_object():
+    rules = stage_rules()
+    assert {"prepare_corpus", "word2vec", "perf", "sharding", "report"} <= set(rules)
+    for name in rules:
+        stage = load(name)  # imports steps.<name>; the name comes from the module, never typed
+        assert isinstance(stage, Stage) and stage.name == name and stage.module == f"steps.{name}"
+        assert callable(stage.run)
+
+
+def test_stage_rejects_a_malformed_contract():
+    with pytest.raises(ValueError, match="expected one of"):
+        Stage("steps.x", lambda ctx: {}, columns={"loss": "metric.loss"})
+    with pytest.raises(ValueError, match="derived"):
+        Stage("steps.x", lambda ctx: {}, columns={"a": "metrics.a"}, derived={"r": ("ratio", "b", "c")})
+    with pytest.raises(ValueError, match="headline"):
+        Stage("steps.x", lambda ctx: {}, columns={"a": "metrics.a"}, headline=("A", "b", "max"))
+    assert Stage("steps.perf", lambda ctx: {}).name == "perf"
+
+
+def test_planning_imports_stay_light():
+    """What the Snakefile imports to plan a DAG (config, hub; config loads steps.perf.ladder, hence
+    the steps.perf package) must not load torch, transformers or mlflow: each costs seconds on
+    every snakemake call. Stage modules themselves import their libraries at the top."""
+    code = ("import sys, steps.config, steps.hub, steps.perf.ladder; "
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'mlflow', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+                         cwd=ROOT, check=True).stdout.strip()
+    assert out == "[]", out
+
+
+def _cells():
+    return [(s, c) for s, cs in smoke_cells().items() for c in cs] + [("report", "main")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage,cell", _cells(), ids=lambda x: x)
+def test_report_columns_are_what_run_returns(smoke_dag, stage, cell):
+    """Every column of the stage's contract against its cell's metrics.json on the smoke DAG:
+    `metrics.X` a key of its metrics, `info.X` of its info, `params.X` a param of its MLflow run."""
+    rec = json.loads((smoke_dag / stage_paths(stage, cell, {})[1]["metrics"]).read_text())
+    if rec["status"] == "skipped":
+        pytest.skip(f"{stage}/{cell} is skipped on this machine ({rec['reason']}): its columns are "
+                    "not checked here")
+    assert rec["status"] == "ok", rec
+    params = None
+    missing = []
+    for title, ref in load(stage).columns.items():
+        kind, _, key = ref.partition(".")
+        if kind == "params":
+            if params is None:
+                from steps.tracking import store
+                client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
+                params = client.get_run(rec["run_id"]).data.params
+            found = key in params
+        else:
+            found = key in rec[kind]
+        if not found and (stage, cell, title) not in EXPECTED_ABSENT:
+            missing.append(f"{title!r} -> {ref}")
+    assert not missing, f"{stage}/{cell}: run() returned no {missing}"
+
+
+def _dry_run_jobs(workdir) -> list[tuple[str, dict, dict, dict]]:
+    """(stage, cfg, inputs, outputs) of every job a dry run of the smoke DAG would start."""
+    out = snakemake(workdir, "-n", "-p").stdout
+    jobs = []
+    for line in out.splitlines():
+        if "python -m steps." not in line:
+            continue
+        argv = shlex.split(line[line.index("python -m steps."):].split(" > ")[0])
+        stage, pairs, cfg = argv[2].removeprefix("steps."), {"--input": {}, "--output": {}}, None
+        for flag, value in zip(argv[3::2], argv[4::2]):
+            if flag == "--cfg":
+                cfg = json.loads(value)
+            else:
+                name, _, path = value.partition("=")
+                pairs[flag][name] = path
+        jobs.append((stage, cfg, pairs["--input"], pairs["--output"]))
+    return jobs
+
+
+@pytest.mark.slow
+def test_jobs_get_their_paths_from_their_rules(tmp_path):
+    """Each job's --input/--output are its rule's files (and what tests' run_stage passes); the
+    report's inputs are every other job's metrics.json, named <stage>/<cell>."""
+    jobs = _dry_run_jobs(tmp_path)
+    smoke = smoke_cells()
+    assert sorted((s, c["cell"]) for s, c, _, _ in jobs if s != "report") == sorted(
+        (s, c) for s, cs in smoke.items() for c in cs)
+    metrics = {}
+    for stage, cfg, inputs, outputs in jobs:
+        if stage == "report":
+            report_inputs = inputs
+            assert outputs == stage_paths(stage, "main", {})[1]
+            continue
+        assert (inputs, outputs) == stage_paths(stage, cfg["cell"], cfg["params"]), stage
+        metrics[f"{stage}/{cfg['cell']}"] = outputs["metrics"]
+    assert report_inputs == metrics

@@ -1,0 +1,133 @@
+# Helpers for the rules files (functions only; the rules are in the other .smk files).
+#
+# A stage is a rule named after its module, `rule <stage>` -> `python -m steps.<stage>` (the stage
+# contract, steps/stage.py). Its name is typed once, as the rule's name: its params (stage_params) are bound
+# to it after every rules file is read (bind_stage_rules), and a stage module takes its name from
+# its own import name. The rule's named input and output paths are passed to the module as
+# `--input NAME=PATH` / `--output NAME=PATH` (`ctx.inputs`, `ctx.outputs`): Snakemake is the single
+# source of the DAG's paths, and a rule names another rule's file as `rules.<rule>.output.<name>`.
+import importlib.util
+import shlex
+
+# Every stage rule runs its module the same way; outputs land beside its metrics.json.
+STAGE_SHELL = "python -m steps.{params.stage} {params.io} --cfg {params.cfg:q} > {log} 2>&1"
+
+# The software every rule runs with (documents it; `--sdm conda` would build it from this file).
+LAB_ENV = str(ROOT / "environment.yml")
+
+
+class StageParam:
+    """A params entry of a stage rule computed from the rule's name (bound by bind_stage_rules)."""
+
+    def __init__(self, fn):
+        self.fn, self.stage = fn, None
+
+    def __call__(self, wildcards, input, output):
+        return self.fn(self.stage, wildcards, input, output)
+
+
+def stage_params(cfg=None):
+    """params of a stage rule: `stage` (its module, = the rule's name), `cfg` (the job's resolved
+    cell config as JSON: a change reruns the job) and `io` (its input/output as arguments)."""
+    return {"stage": StageParam(lambda stage, wildcards, input, output: stage),
+            "cfg": StageParam(cfg or job_config),
+            "io": StageParam(lambda stage, wildcards, input, output: stage_io(input, output))}
+
+
+def job_config(stage, wildcards, input, output):
+    return json.dumps(cell_config(config, stage, getattr(wildcards, "cell", "main")), sort_keys=True)
+
+
+def stage_io(input, output):
+    """`--input NAME=PATH ... --output NAME=PATH ...` from the rule's named files (each job's
+    metrics output sets its folder)."""
+    args = [f"--input {shlex.quote(f'{k}={v}')}" for k, v in input.items()]
+    args += [f"--output {shlex.quote(f'{k}={v}')}" for k, v in output.items()]
+    return " ".join(args)
+
+
+def stage_rules():
+    """The stage rules in the order they were defined (DAG order)."""
+    return [r for r in workflow.rules if isinstance(getattr(r.params, "stage", None), StageParam)]
+
+
+def bind_stage_rules():
+    """Give every stage rule's params its rule's name, and check the module exists (found, not
+    imported: importing every stage would load torch and transformers into each Snakemake call)."""
+    for r in stage_rules():
+        for param in r.params:
+            if isinstance(param, StageParam):
+                param.stage = r.name
+        if importlib.util.find_spec(f"steps.{r.name}") is None:
+            raise WorkflowError(f"rule {r.name} runs `python -m steps.{r.name}`, and there is no such "
+                                "module: a stage rule is named after its module (steps/stage.py)")
+
+
+def reported_stages():
+    """Stages whose cells the report tabulates: every stage rule but the report's own."""
+    return [r.name for r in stage_rules() if r is not rules.report.rule]
+
+
+def stage_metrics(stage):
+    """{"<stage>/<cell>": metrics.json} for the stage's selected cells, from its rule's output."""
+    template = getattr(rules, stage).output.metrics
+    return {f"{stage}/{cell}": expand(template, cell=cell)[0] for cell in cells(config, stage)}
+
+
+def report_inputs(wildcards):
+    return {name: path for stage in reported_stages() for name, path in stage_metrics(stage).items()}
+
+
+def report_config(stage, wildcards, input, output):
+    return json.dumps({
+        "stage": stage, "cell": "main",
+        "common": cell_config(config, stage, "main")["common"],
+        "params": {**config.get(stage, {}),
+                   "stages": [[s, cells(config, s)] for s in reported_stages()]}}, sort_keys=True)
+
+
+def cell_params(stage, wildcards):
+    return cell_config(config, stage, getattr(wildcards, "cell", "main"))["params"]
+
+
+def job_gpus(stage):
+    """resources.gpu of a stage's jobs: the CUDA devices a job computes on. 0 on a CPU config and
+    for CPU-only cells (gensim and pretrained-embedding word2vec); 1 for torch on CUDA; a sharding
+    cell's devices per node (torch ranks, or the JAX mesh: steps/parallel/launch.py). Profiles cap the total
+    (workstation: `resources: gpu: 1`, so GPU jobs take turns on the card); the SLURM executor turns
+    it into --gpus=N. A sharding cell needing more GPUs than the profile's cap asks for the cap, so
+    the DAG still schedules (Snakemake rejects a job asking more than the global limit); the cell
+    then finds fewer GPUs than ranks and has to say so itself."""
+    def gpus(wildcards):
+        if config["device"] == "cpu":
+            return 0
+        p = cell_params(stage, wildcards)
+        if stage == "word2vec":
+            return int(p["backend"] == "torch")
+        if stage == "sharding":  # torch ranks and JAX mesh devices alike run on GPUs under cuda
+            nodes = max(int((p.get("launch") or {}).get("nnodes") or 1), 1)
+            need = math.ceil(math.prod((p.get("mesh") or {}).values()) / nodes)
+            cap = workflow.global_resources.get("gpu").value
+            return min(need, cap) if isinstance(cap, int) else need
+        return 1
+    return gpus
+
+
+def word2vec_input(wildcards):
+    """Trained cells read a corpus (word2vec.corpus, else prepare_corpus's); pretrained-embedding
+    cells need nothing from the DAG."""
+    p = cell_params("word2vec", wildcards)
+    if p["backend"] == "pretrained":
+        return {}
+    return {"corpus": p["corpus"] or rules.prepare_corpus.output.data}
+
+
+def mcq_input(wildcards):
+    """The splits a cell reads: mcq_finetune.data (a Kaggle folder), else prepare_mcq's."""
+    return {"data": cell_params("mcq_finetune", wildcards)["data"] or rules.prepare_mcq.output.data}
+
+
+def perf_baseline(wildcards):
+    """The cell's baseline's metrics.json (the section's, or its ladder shape's baseline cell)."""
+    base = cell_params("perf", wildcards)["baseline_cell"]
+    return {} if wildcards.cell == base else {"baseline": expand(rules.perf.output.metrics, cell=base)[0]}
