@@ -5,6 +5,7 @@
 Options pick the decoder: greedy (default --temperature 0), sampling (--temperature/--top-k/
 --top-p), or beam search (--beams N).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,33 @@ def load(checkpoint: str | Path, device: str = "cpu"):
     return model.eval(), tok
 
 
-def complete(model, tok, prompt: str, max_new_tokens: int = 60, temperature: float = 0.0,
-             top_k: int | None = None, top_p: float | None = None, beams: int = 1, seed: int = 0) -> str:
+def complete(
+    model,
+    tok,
+    prompt: str,
+    max_new_tokens: int = 60,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    beams: int = 1,
+    seed: int = 0,
+) -> str:
     ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=next(model.parameters()).device)
     if beams > 1:
         out = beam_search(model, ids, beams, max_new_tokens, eos_token_id=tok.eos_token_id)[0]
     else:
-        out = generate(model, ids, max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
-                       top_k=top_k, top_p=top_p, eos_token_id=tok.eos_token_id,
-                       generator=torch.Generator().manual_seed(seed))
-    return tok.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+        out = generate(
+            model,
+            ids,
+            max_new_tokens,
+            do_sample=temperature > 0,
+            temperature=temperature or 1.0,
+            top_k=top_k,
+            top_p=top_p,
+            eos_token_id=tok.eos_token_id,
+            generator=torch.Generator().manual_seed(seed),
+        )
+    return tok.decode(out[0, ids.shape[1] :].tolist(), skip_special_tokens=True)
 
 
 def main(argv=None):
@@ -53,8 +71,14 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     model, tok = load(a.checkpoint)
-    kw = dict(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k,
-              top_p=a.top_p, beams=a.beams, seed=a.seed)
+    kw = dict(
+        max_new_tokens=a.max_new_tokens,
+        temperature=a.temperature,
+        top_k=a.top_k,
+        top_p=a.top_p,
+        beams=a.beams,
+        seed=a.seed,
+    )
     if a.prompt is not None:
         print(a.prompt + complete(model, tok, a.prompt, **kw))
         return

@@ -5,6 +5,7 @@ autograd, Jacobian vs finite differences, gradcheck), sinusoidal PE, both RoPE l
 transformers' GPT-J and Llama rotary code), masks, attention paths, GELUs. All float64.
 Other modules add rows with steps.models.checks.register_parity; list them in `extra_modules`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,12 +29,17 @@ def run(ctx: StageRun) -> dict:
     ctx.info["failed"] = [f"{r.component} vs {r.reference}" for _, r in failed.iterrows()]
     if len(failed) and ctx.params["fail_on_mismatch"]:
         raise AssertionError(f"{len(failed)} parity checks failed: {ctx.info['failed']}")
-    return {"n_checks": len(df), "n_pass": int(df["pass"].sum()), "all_pass": float(failed.empty),
-            "worst_err_over_tol": float(ratio)}
+    return {
+        "n_checks": len(df),
+        "n_pass": int(df["pass"].sum()),
+        "all_pass": float(failed.empty),
+        "worst_err_over_tol": float(ratio),
+    }
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "checks": "metrics.n_checks",
         "passed": "metrics.n_pass",

@@ -4,6 +4,7 @@ The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each
 keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
 keys and wrong types *before any job starts*, and names the key and the expected type.
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,10 +67,13 @@ def _describe(error) -> str:
     if error.validator == "additionalProperties":
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return f"config key '{key + '.' if key != '<top level>' else ''}{extra[0] if extra else '?'}' is unknown (allowed here: {allowed})"
+        where = f"{key}." if key != "<top level>" else ""
+        return f"config key '{where}{extra[0] if extra else '?'}' is unknown (allowed here: {allowed})"
     if error.validator == "type":
-        return (f"config key '{key}' must be of type {error.validator_value}, "
-                f"got {type(error.instance).__name__} {error.instance!r}")
+        return (
+            f"config key '{key}' must be of type {error.validator_value}, "
+            f"got {type(error.instance).__name__} {error.instance!r}"
+        )
     if error.validator == "enum":
         return f"config key '{key}' must be one of {error.validator_value}, got {error.instance!r}"
     if error.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
@@ -111,8 +115,10 @@ def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
     errors = sorted(cls(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         lines = "\n  ".join(_describe(e) for e in errors[:10])
-        raise ConfigError(f"invalid config ({where}):\n  {lines}\n"
-                          f"Fix the key in your --configfile/--config, or see workflow/schemas/.")
+        raise ConfigError(
+            f"invalid config ({where}):\n  {lines}\n"
+            f"Fix the key in your --configfile/--config, or see workflow/schemas/."
+        )
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -141,8 +147,7 @@ def validate_config(config: dict, where: str = "merged config") -> dict:
         plain = {k: v for k, v in sub.get("properties", {}).items() if k not in MATRIX_KEYS}
         cell_schema = {**sub, "properties": plain, "required": []}
         for cell, over in section["cells"].items():
-            merged = deep_merge({k: v for k, v in section.items() if k not in MATRIX_KEYS},
-                                over or {})
+            merged = deep_merge({k: v for k, v in section.items() if k not in MATRIX_KEYS}, over or {})
             _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=False)
     return cfg
 

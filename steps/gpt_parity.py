@@ -7,6 +7,7 @@ hand-written autograd Functions + manual attention).
 float64: every point <= tol_fp64 (1e-10). float32: logits <= tol_fp32_logits (1e-4, absolute);
 other points <= tol_fp32_rel * max(1, |reference|).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -24,24 +25,48 @@ def load_hf(p, dtype):
         try:
             return GPT2LMHeadModel.from_pretrained(p["pretrained"], dtype=dtype)
         except OSError as exc:
-            raise InputError(f"gpt_parity.pretrained={p['pretrained']!r} cannot be loaded ({exc}); "
-                             "fix: use a cell with hf_config (random init) offline") from None
-    cfg = GPT2Config(**{"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-                        "bos_token_id": None, "eos_token_id": None, **p["hf_config"]})
+            raise InputError(
+                f"gpt_parity.pretrained={p['pretrained']!r} cannot be loaded ({exc}); "
+                "fix: use a cell with hf_config (random init) offline"
+            ) from None
+    cfg = GPT2Config(
+        **{
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            "bos_token_id": None,
+            "eos_token_id": None,
+            **p["hf_config"],
+        }
+    )
     torch.manual_seed(p["init_seed"])
     return GPT2LMHeadModel(cfg).to(dtype)
 
 
 def greedy_rows(hf, ours, prompt, n_new, dtype_name):
-    ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                      max_new_tokens=n_new, min_new_tokens=n_new, pad_token_id=0,
-                      eos_token_id=None, num_beams=1)
+    ref = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        max_new_tokens=n_new,
+        min_new_tokens=n_new,
+        pad_token_id=0,
+        eos_token_id=None,
+        num_beams=1,
+    )
     cached = generate(ours, prompt, n_new, use_cache=True)
     uncached = generate(ours, prompt, n_new, use_cache=False)
-    return [{"kind": "generate", "point": f"greedy {dtype_name}, {name} vs HF generate(do_sample=False)",
-             "max_abs_err": float((seq != ref).sum()), "ref_max_abs": float(ref.shape[1]),
-             "tolerance": 0.0, "pass": bool(torch.equal(seq, ref))}
-            for name, seq in (("KV cache", cached), ("no cache", uncached))]
+    return [
+        {
+            "kind": "generate",
+            "point": f"greedy {dtype_name}, {name} vs HF generate(do_sample=False)",
+            "max_abs_err": float((seq != ref).sum()),
+            "ref_max_abs": float(ref.shape[1]),
+            "tolerance": 0.0,
+            "pass": bool(torch.equal(seq, ref)),
+        }
+        for name, seq in (("KV cache", cached), ("no cache", uncached))
+    ]
 
 
 def run(ctx: StageRun) -> dict:
@@ -60,12 +85,20 @@ def run(ctx: StageRun) -> dict:
         fp64 = dtype == torch.float64
         for variant in p["variants"]:
             hf.zero_grad(set_to_none=True)
-            r, ours = compare(hf, ids, p["tol_fp64"], None if fp64 else p["tol_fp32_rel"],
-                              p["tol_fp64"] if fp64 else p["tol_fp32_logits"], custom=variant == "custom")
+            r, ours = compare(
+                hf,
+                ids,
+                p["tol_fp64"],
+                None if fp64 else p["tol_fp32_rel"],
+                p["tol_fp64"] if fp64 else p["tol_fp32_logits"],
+                custom=variant == "custom",
+            )
             prompt = ids[:, : min(p["prompt_len"], n_pos - p["new_tokens"])]
             r += greedy_rows(hf, ours, prompt, p["new_tokens"], dtype_name)
             rows += [{"dtype": dtype_name, "variant": variant, **x} for x in r]
-        ctx.info["model"] = p["pretrained"] or "GPT2Config(" + ", ".join(f"{k}={v}" for k, v in p["hf_config"].items()) + ")"
+        ctx.info["model"] = (
+            p["pretrained"] or "GPT2Config(" + ", ".join(f"{k}={v}" for k, v in p["hf_config"].items()) + ")"
+        )
         n_params = ours.num_params(non_embedding=False)
     df = pd.DataFrame(rows)
     ctx.log_table(df, "parity")
@@ -83,7 +116,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "model": "info.model",
         "params": "metrics.n_params",

@@ -3,9 +3,11 @@ against HF GPT2LMHeadModel (same config, batch, dtype) and sample from it.
 
 Logs per-step train loss / lr / grad norm, periodic validation loss and perplexity, tokens/s and
 MFU (model FLOPs 6N + 12·L·d·T per token against the matmul peak measured here, same dtype and
-threads, and on a GPU against its published dense peak), a loss-curve plot, and generated samples. Writes ckpt.pt (+ tokenizer/) for
+threads, and on a GPU against its published dense peak), a loss-curve plot, and generated
+samples. Writes ckpt.pt (+ tokenizer/) for
 `python -m steps.chat --checkpoint results/gpt_train/<cell>/ckpt.pt`; a killed job resumes from it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,9 +34,25 @@ from steps.tracking import InputError, StageRun
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-FINGERPRINT_KEYS = ("model", "batch_size", "grad_accum", "max_steps", "lr", "min_lr_ratio",
-                    "warmup_steps", "weight_decay", "betas", "grad_clip", "dtype", "max_train_tokens", "tf32",
-                    "compile", "compile_mode", "adamw")
+
+FINGERPRINT_KEYS = (
+    "model",
+    "batch_size",
+    "grad_accum",
+    "max_steps",
+    "lr",
+    "min_lr_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "betas",
+    "grad_clip",
+    "dtype",
+    "max_train_tokens",
+    "tf32",
+    "compile",
+    "compile_mode",
+    "adamw",
+)
 
 
 def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
@@ -42,7 +60,7 @@ def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
     eos = tok.eos_token_id
     out, n = [], 0
     for i in range(0, len(texts), 256):
-        for ids in tok(texts[i:i + 256], add_special_tokens=False)["input_ids"]:
+        for ids in tok(texts[i : i + 256], add_special_tokens=False)["input_ids"]:
             out.append(np.asarray(ids + ([eos] if eos is not None else []), dtype=np.int32))
             n += len(out[-1])
         if max_tokens and n >= max_tokens:
@@ -59,8 +77,10 @@ def load_data(p, seed, corpus: str, tokenizer: str):
     dd = datasets.load_from_disk(corpus)
     for split in ("train", "validation"):
         if split not in dd or "text" not in dd[split].column_names:
-            raise InputError(f"{corpus}: needs splits train/validation with column 'text'; "
-                             f"found {dict((k, v.column_names) for k, v in dd.items())}")
+            raise InputError(
+                f"{corpus}: needs splits train/validation with column 'text'; "
+                f"found {dict((k, v.column_names) for k, v in dd.items())}"
+            )
     T = p["model"]["block_size"]
     train = tokenize_split(tok, dd["train"]["text"], p["max_train_tokens"])
     val = tokenize_split(tok, dd["validation"]["text"], p["max_train_tokens"])
@@ -105,8 +125,9 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
         ctx.info["bench"] = f"no HF equivalent: {exc}"
         return {}
     hf_ref.config._attn_implementation = "sdpa"
-    batch = torch.randint(0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size),
-                          generator=torch.Generator().manual_seed(ctx.seed)).to(device)
+    batch = torch.randint(
+        0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size), generator=torch.Generator().manual_seed(ctx.seed)
+    ).to(device)
     fpt = gpt_flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
     out, rows = {}, []
     for dtype in b["dtypes"]:
@@ -128,12 +149,19 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
         bench_mfu = mfu(tok_s * fpt, peaks[dtype])
         out[f"bench_{dtype}_ours_mfu"] = bench_mfu["mfu"]
         out[f"bench_{dtype}_ours_mfu_published"] = bench_mfu["mfu_published"]
-        rows.append({"dtype": dtype, "ours steps/s": best["ours"], "HF steps/s": best["hf"],
-                     "ours/HF": best["ours"] / best["hf"], "ours tokens/s": tok_s,
-                     "ours % of measured matmul peak": 100 * bench_mfu["mfu"],
-                     "measured matmul peak GFLOP/s": peaks[dtype]["measured"] / 1e9,
-                     "ours % of published peak": 100 * bench_mfu["mfu_published"],
-                     "published peak": peaks[dtype]["published_name"]})
+        rows.append(
+            {
+                "dtype": dtype,
+                "ours steps/s": best["ours"],
+                "HF steps/s": best["hf"],
+                "ours/HF": best["ours"] / best["hf"],
+                "ours tokens/s": tok_s,
+                "ours % of measured matmul peak": 100 * bench_mfu["mfu"],
+                "measured matmul peak GFLOP/s": peaks[dtype]["measured"] / 1e9,
+                "ours % of published peak": 100 * bench_mfu["mfu_published"],
+                "published peak": peaks[dtype]["published_name"],
+            }
+        )
         print(f"bench {dtype}: ours {best['ours']:.2f} steps/s, HF {best['hf']:.2f} steps/s")
     ctx.log_table(pd.DataFrame(rows), "benchmark")
     return out
@@ -156,12 +184,23 @@ def write_samples(ctx, model, tok, device) -> None:
     lines = [f"# Samples from gpt_train:{ctx.cell}\n"]
     for prompt in s["prompts"]:
         ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=device)
-        ways = {"greedy": generate(model, ids, s["max_new_tokens"], eos_token_id=tok.eos_token_id),
-                f"sample T={s['temperature']} top_k={s['top_k']} top_p={s['top_p']}":
-                    generate(model, ids, s["max_new_tokens"], do_sample=True, temperature=s["temperature"],
-                             top_k=s["top_k"], top_p=s["top_p"], eos_token_id=tok.eos_token_id, generator=g),
-                f"beam {s['num_beams']}": beam_search(model, ids, s["num_beams"], s["max_new_tokens"],
-                                                      eos_token_id=tok.eos_token_id)[0]}
+        ways = {
+            "greedy": generate(model, ids, s["max_new_tokens"], eos_token_id=tok.eos_token_id),
+            f"sample T={s['temperature']} top_k={s['top_k']} top_p={s['top_p']}": generate(
+                model,
+                ids,
+                s["max_new_tokens"],
+                do_sample=True,
+                temperature=s["temperature"],
+                top_k=s["top_k"],
+                top_p=s["top_p"],
+                eos_token_id=tok.eos_token_id,
+                generator=g,
+            ),
+            f"beam {s['num_beams']}": beam_search(
+                model, ids, s["num_beams"], s["max_new_tokens"], eos_token_id=tok.eos_token_id
+            )[0],
+        }
         lines.append(f"## Prompt: {prompt!r}\n")
         for name, seq in ways.items():
             lines.append(f"**{name}**\n\n```\n{tok.decode(seq[0].tolist())}\n```\n")
@@ -179,26 +218,49 @@ def run(ctx: StageRun) -> dict:
     val0 = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
 
     tok.save_pretrained(str(ctx.out / "tokenizer"))
-    extra = {"fingerprint": config_hash({k: p[k] for k in FINGERPRINT_KEYS}), "config": cfg.__dict__,
-             "tokenizer": "tokenizer", "seed": ctx.seed}
-    state = train(model, train_data, val_data, p, device, ctx.out / "ckpt.pt", extra,
-                  log=ctx.log_metrics, progress=lambda it, **kw: ctx.progress(it, desc="train", **kw),
-                  stop_after=p["stop_after_steps"])
+    extra = {
+        "fingerprint": config_hash({k: p[k] for k in FINGERPRINT_KEYS}),
+        "config": cfg.__dict__,
+        "tokenizer": "tokenizer",
+        "seed": ctx.seed,
+    }
+    state = train(
+        model,
+        train_data,
+        val_data,
+        p,
+        device,
+        ctx.out / "ckpt.pt",
+        extra,
+        log=ctx.log_metrics,
+        progress=lambda it, **kw: ctx.progress(it, desc="train", **kw),
+        stop_after=p["stop_after_steps"],
+    )
     (ctx.out / "history.json").write_text(json.dumps(state.history))
     plot_curves(ctx, state.history)
 
-    peaks = {dt: peak_flops(dt, device)  # measured once, this run
-             for dt in [p["dtype"], *bench_dtypes(ctx, device)]}
+    peaks = {
+        dt: peak_flops(dt, device)  # measured once, this run
+        for dt in [p["dtype"], *bench_dtypes(ctx, device)]
+    }
     fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
     val_final = [h["val_loss"] for h in state.history if "val_loss" in h][-1:] or [float("nan")]
-    out = {"n_params_non_embedding": n_params, "steps": state.step, "val_loss_initial": val0,
-           "val_loss_final": val_final[0], "val_ppl_final": math.exp(val_final[0]),
-           "val_loss_drop": val0 - val_final[0], "train_loss_final": state.history[-1]["train_loss"]
-           if state.history else float("nan"), "tokens_per_s": tokens_s, "flops_per_token": fpt,
-           **mfu(tokens_s * fpt, peaks[p["dtype"]]),
-           **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
-           "train_tokens": len(train_data.tokens), "val_tokens": len(val_data.tokens)}
+    out = {
+        "n_params_non_embedding": n_params,
+        "steps": state.step,
+        "val_loss_initial": val0,
+        "val_loss_final": val_final[0],
+        "val_ppl_final": math.exp(val_final[0]),
+        "val_loss_drop": val0 - val_final[0],
+        "train_loss_final": state.history[-1]["train_loss"] if state.history else float("nan"),
+        "tokens_per_s": tokens_s,
+        "flops_per_token": fpt,
+        **mfu(tokens_s * fpt, peaks[p["dtype"]]),
+        **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
+        "train_tokens": len(train_data.tokens),
+        "val_tokens": len(val_data.tokens),
+    }
     print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
     write_samples(ctx, model, tok, device)
     if p["bench"]["enabled"]:
@@ -208,7 +270,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "params (non-emb)": "metrics.n_params_non_embedding",
         "steps": "metrics.steps",

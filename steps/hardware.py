@@ -9,6 +9,7 @@ the dtype (what the literature quotes: nanoGPT, llm.c, torchtitan). Unknown devi
 torch is imported inside the functions that use it: JAX ranks read `peak_rss_bytes` from here, and
 loading torch into them would inflate the very peak they measure.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -19,12 +20,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-
 CUDA_PEAK_N = 8192  # a GEMM large enough to run at the tensor cores' rate, not at launch overhead
 
 
-def matmul_peak_flops(dtype: str = "float32", device: str = "cpu", n: int = 2048,
-                      repeats: int = 5, iters: int | None = None) -> float:
+def matmul_peak_flops(
+    dtype: str = "float32", device: str = "cpu", n: int = 2048, repeats: int = 5, iters: int | None = None
+) -> float:
     """Measured FLOP/s of an n×n×n matmul (2n³ FLOPs) in `dtype` on `device`: best of `repeats`
     windows of `iters` back-to-back matmuls.
 
@@ -71,13 +72,15 @@ def _time_window(fn, iters: int, cuda: bool) -> float:
 # Published dense (no 2:4 sparsity) tensor-core peaks, TFLOP/s per GPU, from NVIDIA's data
 # sheets. "float32" is the plain FP32 rate; "tf32" applies to float32 matmuls with TF32 on.
 # Patterns are matched against torch.cuda.get_device_name(), first match wins.
-_H100_SXM = {"float64": 67.0, "float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4,
-             "float8": 1978.9}
+_H100_SXM = {"float64": 67.0, "float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9}
 PUBLISHED_PEAKS_TFLOPS: list[tuple[str, str, dict[str, float]]] = [
-    (r"H100.*(PCIe|PCIE)", "H100 PCIe", {"float64": 51.2, "float32": 51.2, "tf32": 378.0, "bfloat16": 756.0,
-                                         "float16": 756.0, "float8": 1513.0}),
+    (
+        r"H100.*(PCIe|PCIE)",
+        "H100 PCIe",
+        {"float64": 51.2, "float32": 51.2, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0, "float8": 1513.0},
+    ),
     (r"H100(?!.*NVL)", "H100 SXM", _H100_SXM),
-    (r"H200(?!.*NVL)", "H200 SXM", _H100_SXM),   # same compute as H100 SXM, more and faster memory
+    (r"H200(?!.*NVL)", "H200 SXM", _H100_SXM),  # same compute as H100 SXM, more and faster memory
     (r"A100", "A100", {"float64": 19.5, "float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}),
     (r"\bL4\b", "L4", {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0, "float8": 242.5}),
     (r"\bT4\b", "T4", {"float32": 8.1, "float16": 65.0}),
@@ -115,8 +118,7 @@ def peak_flops(dtype: str, device, n: int = 2048) -> dict:
 def mfu(achieved_flops: float, peaks: dict) -> dict:
     """MFU against the measured GEMM peak and (NaN where unknown) the published peak."""
     pub = peaks.get("published")
-    return {"mfu": achieved_flops / peaks["measured"],
-            "mfu_published": achieved_flops / pub if pub else float("nan")}
+    return {"mfu": achieved_flops / peaks["measured"], "mfu_published": achieved_flops / pub if pub else float("nan")}
 
 
 def native_matmul(dtype: str, device: str = "cpu", n: int = 256) -> tuple[bool, float, float]:
@@ -145,8 +147,11 @@ def slow_matmul_reason(dtype: str, device: str = "cpu") -> str | None:
     if device != "cpu":
         return None
     fast, low, fp32 = native_matmul(dtype, device)
-    return None if fast else (f"no native {dtype} matmul on this CPU "
-                              f"(probe {low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+    return (
+        None
+        if fast
+        else (f"no native {dtype} matmul on this CPU (probe {low / 1e9:.1f} vs float32 {fp32 / 1e9:.0f} GFLOP/s)")
+    )
 
 
 def gpt_flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int) -> float:

@@ -20,6 +20,7 @@ $HF_HOME/datasets).
 huggingface_hub and datasets are imported inside the functions that read their caches: the
 Snakefile imports this module to plan every DAG, and loading them costs seconds per snakemake call.
 """
+
 from __future__ import annotations
 
 import glob
@@ -33,15 +34,19 @@ from pathlib import Path
 
 from steps.config import CONFIG_DIR, cell_config, cells
 
-DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"     # the Snakefile's `configfile:`, merged first
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"  # the Snakefile's `configfile:`, merged first
 
 # files whose presence in a cached snapshot makes a model asset usable offline
 CONFIG_FILE = "config.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-PARTS = ("weights", "tokenizer")                        # what a model asset may need beyond config.json
-MCQ_OFFLINE_BACKBONES = ("minilm", "tiny-deberta")       # steps/mcq/model.py
+PARTS = ("weights", "tokenizer")  # what a model asset may need beyond config.json
+MCQ_OFFLINE_BACKBONES = ("minilm", "tiny-deberta")  # steps/mcq/model.py
 # huggingface_hub's repo id grammar: [namespace/]name, letters, digits, -, _, . (no "--" or "..")
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.\-]{0,95}/)?[A-Za-z0-9][\w.\-]{0,95}$")
 
@@ -50,9 +55,10 @@ _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.\-]{0,95}/)?[A-Za-z0-9][\w.\-]{0,95}$
 class Asset:
     """One hub repository a config needs. `parts` (models): what the loading code reads besides
     config.json (weights, tokenizer). `used_by`: every config key that names it."""
-    kind: str                                   # "dataset" | "model"
+
+    kind: str  # "dataset" | "model"
     repo_id: str
-    name: str | None = None                     # dataset config name (load_dataset's 2nd argument)
+    name: str | None = None  # dataset config name (load_dataset's 2nd argument)
     parts: tuple[str, ...] = ()
     used_by: tuple[str, ...] = field(default=(), compare=False)
 
@@ -125,7 +131,7 @@ def _named(config: dict) -> list[Asset]:
     for cell, p in params("mcq_finetune"):
         if p.get("backbone") not in MCQ_OFFLINE_BACKBONES:
             model("mcq_finetune", cell, "backbone", p.get("backbone"), ("weights", "tokenizer"))
-    cpu_skips = config.get("device") == "cpu"   # steps/gpt_parity.py skips pretrained cells on CPU
+    cpu_skips = config.get("device") == "cpu"  # steps/gpt_parity.py skips pretrained cells on CPU
     for cell, p in params("gpt_parity"):
         if not (cpu_skips and not p.get("allow_cpu_pretrained")):
             model("gpt_parity", cell, "pretrained", p.get("pretrained"), ("weights",))
@@ -139,8 +145,11 @@ def hub_assets(config: dict) -> list[Asset]:
     for a in _named(config):
         if a.key in merged:
             old = merged[a.key]
-            a = replace(old, parts=tuple(p for p in PARTS if p in old.parts + a.parts),
-                        used_by=tuple(dict.fromkeys(old.used_by + a.used_by)))
+            a = replace(
+                old,
+                parts=tuple(p for p in PARTS if p in old.parts + a.parts),
+                used_by=tuple(dict.fromkeys(old.used_by + a.used_by)),
+            )
         merged[a.key] = a
     return list(merged.values())
 
@@ -148,16 +157,19 @@ def hub_assets(config: dict) -> list[Asset]:
 # ---- what the cache holds (no network) -----------------------------------------------------------
 def hub_cache_dir() -> str:
     from huggingface_hub import constants
+
     return constants.HF_HUB_CACHE
 
 
 def datasets_cache_dir() -> str:
     import datasets.config
+
     return str(datasets.config.HF_DATASETS_CACHE)
 
 
 def _cached_file(repo_id: str, filename: str) -> str | None:
     from huggingface_hub import try_to_load_from_cache
+
     path = try_to_load_from_cache(repo_id, filename)
     return path if isinstance(path, str) else None
 
@@ -169,7 +181,7 @@ def _weights_cached(repo_id: str) -> bool:
             continue
         if not fname.endswith(".index.json"):
             return True
-        try:   # a sharded checkpoint: every shard the index names must be there too
+        try:  # a sharded checkpoint: every shard the index names must be there too
             shards = set(json.loads(Path(path).read_text())["weight_map"].values())
         except (OSError, ValueError, KeyError, AttributeError):
             continue
@@ -261,12 +273,14 @@ def missing_message(missing: list[Asset], command: str, layers: list[tuple[str, 
         lines.append(f"  - {a.describe()}, needed by {keys}")
     where = [f"models: {hub_cache_dir()}"] if any(a.kind == "model" for a in missing) else []
     where += [f"datasets: {datasets_cache_dir()}"] if any(a.kind == "dataset" for a in missing) else []
-    return (f"{len(missing)} hub asset(s) that this config needs are not in the local Hugging Face cache "
-            f"({'; '.join(where)}), so no job was started:\n" + "\n".join(lines) + "\n"
-            "Fix: where the hub is reachable, download them into this cache with\n"
-            f"  {command}\n"
-            "(for an offline machine, run it on one with network and copy its HF_HOME here), or set the "
-            "keys above to offline sources (configs/gpu.yaml alone needs no hub).")
+    return (
+        f"{len(missing)} hub asset(s) that this config needs are not in the local Hugging Face cache "
+        f"({'; '.join(where)}), so no job was started:\n" + "\n".join(lines) + "\n"
+        "Fix: where the hub is reachable, download them into this cache with\n"
+        f"  {command}\n"
+        "(for an offline machine, run it on one with network and copy its HF_HOME here), or set the "
+        "keys above to offline sources (configs/gpu.yaml alone needs no hub)."
+    )
 
 
 # ---- configs as Snakemake merges them ------------------------------------------------------------
@@ -285,5 +299,4 @@ def check_message(config: dict, configfiles=(), overrides: dict | None = None) -
     missing = missing_assets(config)
     if not missing:
         return None
-    return missing_message(missing, prefetch_command(configfiles, overrides),
-                           config_layers(configfiles, overrides))
+    return missing_message(missing, prefetch_command(configfiles, overrides), config_layers(configfiles, overrides))

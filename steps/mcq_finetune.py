@@ -5,6 +5,7 @@ Per cell: MAP@3 and accuracy on validation (each epoch; zero-shot cells only whe
 answers) and on test with a 95 % bootstrap interval,
 the best checkpoint under <out>/best, a Kaggle submission.csv, training examples/s and MFU.
 """
+
 from __future__ import annotations
 
 from steps.hardware import matmul_peak_flops
@@ -13,8 +14,15 @@ from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validati
 from steps.mcq.features import MultipleChoiceCollator
 from steps.mcq.metrics import compute_metrics
 from steps.mcq.model import load
-from steps.mcq.train import (CountingTrainer, Throughput, ToStageRun, keep_only_best, peak_dtype,
-                             to_datasets, training_args)
+from steps.mcq.train import (
+    CountingTrainer,
+    Throughput,
+    ToStageRun,
+    keep_only_best,
+    peak_dtype,
+    to_datasets,
+    training_args,
+)
 from steps.stage import Stage
 from steps.tracking import StageRun
 
@@ -24,20 +32,39 @@ def run(ctx: StageRun) -> dict:
     p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
     splits = data.load_splits(ctx.inputs["data"], p["val_fraction"], ctx.seed)
     tok, model, described = load(p["backbone"], p["allow_hub"], p["pooling"], p["dropout"])
-    ds, rows = to_datasets(splits, tok, p["use_context"], p["max_length"],
-                           {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]})
+    ds, rows = to_datasets(
+        splits,
+        tok,
+        p["use_context"],
+        p["max_length"],
+        {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]},
+    )
     train = p["train"] and "train" in ds
     args, precision = training_args(p, ctx.out, ctx.seed, device, train)
     meter = Throughput()
-    trainer = CountingTrainer(model=model, args=args, train_dataset=ds["train"] if train else None,
-                              eval_dataset=ds["validation"], data_collator=MultipleChoiceCollator(tok),
-                              processing_class=tok, compute_metrics=compute_metrics,
-                              callbacks=[meter, ToStageRun(ctx)])
-    ctx.info.update(backbone=p["backbone"], context="yes" if p["use_context"] else "no",
-                    mode="fine-tuned" if train else "zero-shot", model=described, precision=precision,
-                    model_class=type(model).__name__)
-    metrics = {"chance_map3": CHANCE_MAP3, "params": sum(t.numel() for t in model.parameters()),
-               **{f"n_{k}": len(v) for k, v in ds.items()}}
+    trainer = CountingTrainer(
+        model=model,
+        args=args,
+        train_dataset=ds["train"] if train else None,
+        eval_dataset=ds["validation"],
+        data_collator=MultipleChoiceCollator(tok),
+        processing_class=tok,
+        compute_metrics=compute_metrics,
+        callbacks=[meter, ToStageRun(ctx)],
+    )
+    ctx.info.update(
+        backbone=p["backbone"],
+        context="yes" if p["use_context"] else "no",
+        mode="fine-tuned" if train else "zero-shot",
+        model=described,
+        precision=precision,
+        model_class=type(model).__name__,
+    )
+    metrics = {
+        "chance_map3": CHANCE_MAP3,
+        "params": sum(t.numel() for t in model.parameters()),
+        **{f"n_{k}": len(v) for k, v in ds.items()},
+    }
     if train:
         peak = matmul_peak_flops(peak_dtype(precision), device.type, n=p["peak_matmul_size"])
         result = trainer.train()
@@ -55,15 +82,17 @@ def run(ctx: StageRun) -> dict:
         sub = write_submission(rows["test"], logits, ctx.out / "submission.csv")
         ctx.log_artifact(sub)
         if "test_map3" in metrics:
-            ctx.info["test_map3_ci"] = (f"{metrics['test_map3']:.3f} "
-                                        f"[{metrics['test_map3_lo']:.3f}, {metrics['test_map3_hi']:.3f}]")
+            ctx.info["test_map3_ci"] = (
+                f"{metrics['test_map3']:.3f} [{metrics['test_map3_lo']:.3f}, {metrics['test_map3_hi']:.3f}]"
+            )
         else:
             ctx.info["test_map3_ci"] = "predictions only (test has no answers)"
     return metrics
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "backbone": "info.backbone",
         "context": "info.context",

@@ -4,6 +4,7 @@
 The DAG's files (corpus, tokenizer, MCQ splits, each job's metrics.json) are not here: Snakemake
 is their single source, and every job gets its paths from its rule (`--input`/`--output`,
 workflow/rules/common.smk; `ctx.inputs`, `ctx.outputs` in a stage)."""
+
 from pathlib import Path
 
 RESULTS = Path("results")

@@ -13,6 +13,7 @@ downloads and prepares the Arrow files that `load_dataset` reads back with HF_HU
 Where the hub cannot be reached it stops with one message (no traceback) and exit status 1.
 Exit status: 0 every asset cached, 1 an asset missing (--dry-run) or not fetched, 2 a bad config.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ from pathlib import Path
 from steps.config import ConfigError, validate_config
 from steps.hub import Asset, config_layers, hub_assets, is_cached, prefetch_command
 
-MODEL_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")   # config, tokenizer, templates
+MODEL_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # config, tokenizer, templates
 
 
 class Unreachable(Exception):
@@ -32,10 +33,24 @@ class Unreachable(Exception):
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m steps.prefetch", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configfile", "--configfiles", nargs="+", action="extend", default=[], metavar="FILE",
-                    help="config files merged on top of configs/default.yaml, in order (as for snakemake)")
-    ap.add_argument("--config", "-C", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                    help="overrides on top of the files (as for snakemake)")
+    ap.add_argument(
+        "--configfile",
+        "--configfiles",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
+        help="config files merged on top of configs/default.yaml, in order (as for snakemake)",
+    )
+    ap.add_argument(
+        "--config",
+        "-C",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides on top of the files (as for snakemake)",
+    )
     ap.add_argument("--dry-run", "-n", action="store_true", help="list the assets and whether each is cached")
     return ap.parse_args(argv)
 
@@ -55,13 +70,25 @@ def merged_config(configfiles: list[str], entries: list[str]) -> tuple[dict, dic
     cfg: dict = {}
     for _, data in config_layers(configfiles, overrides):
         update_config(cfg, data)
-    return validate_config(cfg, where=", ".join(["configs/default.yaml", *configfiles]) +
-                           (" + --config" if overrides else "")), overrides
+    return validate_config(
+        cfg, where=", ".join(["configs/default.yaml", *configfiles]) + (" + --config" if overrides else "")
+    ), overrides
 
 
-_NETWORK_ERRORS = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "TransportError", "NetworkError",
-                   "ConnectError", "TimeoutException", "ConnectTimeout", "ReadTimeout", "ProxyError",
-                   "ConnectionError", "TimeoutError", "gaierror"}   # huggingface_hub, httpx(2), requests, socket
+_NETWORK_ERRORS = {
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+    "TransportError",
+    "NetworkError",
+    "ConnectError",
+    "TimeoutException",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "ProxyError",
+    "ConnectionError",
+    "TimeoutError",
+    "gaierror",
+}  # huggingface_hub, httpx(2), requests, socket
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -143,8 +170,11 @@ def main(argv=None) -> int:
         print("prefetch: this config names no hub asset: nothing to download (it plans offline).")
         return 0
     from huggingface_hub import constants
-    print(f"prefetch: {len(assets)} hub asset(s) named by {command.removeprefix('python -m steps.prefetch ')}; "
-          f"cache: {constants.HF_HOME}")
+
+    print(
+        f"prefetch: {len(assets)} hub asset(s) named by {command.removeprefix('python -m steps.prefetch ')}; "
+        f"cache: {constants.HF_HOME}"
+    )
     todo = []
     for a in assets:
         cached = is_cached(a)
@@ -161,9 +191,12 @@ def main(argv=None) -> int:
 
     def unreachable(why: str, left: list[Asset]) -> int:
         rest = "\n".join(f"  - {b.describe()}" for b in left)
-        print(f"prefetch: cannot reach the Hugging Face hub at {endpoint} ({why}).\nNot downloaded:\n{rest}\n"
-              f"Fix: run `{command}` on a machine that reaches {endpoint} (with the same HF_HOME, or copy "
-              "that HF_HOME here afterwards).", file=sys.stderr)
+        print(
+            f"prefetch: cannot reach the Hugging Face hub at {endpoint} ({why}).\nNot downloaded:\n{rest}\n"
+            f"Fix: run `{command}` on a machine that reaches {endpoint} (with the same HF_HOME, or copy "
+            "that HF_HOME here afterwards).",
+            file=sys.stderr,
+        )
         return 1
 
     if why := probe_hub():
@@ -174,25 +207,36 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             what = fetch(a)
-        except Unreachable as exc:   # the hub went away mid-way
+        except Unreachable as exc:  # the hub went away mid-way
             return unreachable(str(exc), todo[i:])
         except Exception as exc:  # noqa: BLE001 - one asset failed (unknown repo, gated, ...): go on
-            print(f"prefetch: FAILED {a.describe()} (needed by {', '.join(a.used_by)}): "
-                  f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}", file=sys.stderr)
+            print(
+                f"prefetch: FAILED {a.describe()} (needed by {', '.join(a.used_by)}): "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                file=sys.stderr,
+            )
             failed.append(a)
             continue
         if not is_cached(a):  # what the Snakefile's check will look for
-            print(f"prefetch: FAILED {a.describe()}: downloaded ({what}) but the cache still lacks what "
-                  "the loaders read; see steps/hub.py is_cached", file=sys.stderr)
+            print(
+                f"prefetch: FAILED {a.describe()}: downloaded ({what}) but the cache still lacks what "
+                "the loaders read; see steps/hub.py is_cached",
+                file=sys.stderr,
+            )
             failed.append(a)
             continue
         print(f"prefetch: cached {a.describe()} in {time.perf_counter() - t0:.0f} s ({what})")
     if failed:
-        print(f"prefetch: {len(failed)} of {len(todo)} asset(s) not fetched; fix the config keys named above "
-              "(repo id, dataset name, access token for a gated repo: `hf auth login`).", file=sys.stderr)
+        print(
+            f"prefetch: {len(failed)} of {len(todo)} asset(s) not fetched; fix the config keys named above "
+            "(repo id, dataset name, access token for a gated repo: `hf auth login`).",
+            file=sys.stderr,
+        )
         return 1
-    print("prefetch: every asset is cached; the config now plans offline (export HF_HUB_OFFLINE=1 on a "
-          "machine without network).")
+    print(
+        "prefetch: every asset is cached; the config now plans offline (export HF_HUB_OFFLINE=1 on a "
+        "machine without network)."
+    )
     return 0
 
 

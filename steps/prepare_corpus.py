@@ -2,6 +2,7 @@
 
 The split is by document and by seed, so the same config always yields byte-identical files.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,14 +22,15 @@ def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[st
     if len(docs) < 2:
         raise InputError(f"corpus has {len(docs)} document(s); need at least 2 to split train/validation")
     val = set(order[:n_val])
-    return {"train": [d for i, d in enumerate(docs) if i not in val],
-            "validation": [d for i, d in enumerate(docs) if i in val]}
+    return {
+        "train": [d for i, d in enumerate(docs) if i not in val],
+        "validation": [d for i, d in enumerate(docs) if i in val],
+    }
 
 
 def run(ctx: StageRun) -> dict:
     p = ctx.params
-    docs = [d for d in load_documents(p["source"], p["unit"], p["text_column"])
-            if len(d["text"]) >= p["min_chars"]]
+    docs = [d for d in load_documents(p["source"], p["unit"], p["text_column"]) if len(d["text"]) >= p["min_chars"]]
     if p["max_documents"]:
         docs = docs[: p["max_documents"]]
     splits = split_documents(docs, p["val_fraction"], ctx.seed)
@@ -47,7 +49,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "source": "info.source",
         "train docs": "metrics.train_documents",

@@ -7,6 +7,7 @@ Sources (`prepare_mcq.source`):
   hf:<path>[:<name>]     SciQ / OpenBookQA / ARC from the hub, mapped to A-E
 No question lands in two splits; the same seed gives byte-identical files.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -86,7 +87,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "source": "info.source",
         "questions": "metrics.questions",

@@ -10,6 +10,7 @@ MLflow run: it gathers every rank's JSON and logs parity (loss, gradients, param
 steps), tokens/s, per-rank state bytes and communication bytes against the analytic model, and
 the pipeline bubble.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -44,8 +45,7 @@ def summarize(plan, ranks: list[dict]) -> dict:
         "state_bytes_rank_max": max(state),
         "state_bytes_analytic": a["state_bytes"],
         # worst rank against its own analytic (pipeline stages differ: embeddings vs head)
-        "state_ratio": max((s / r["analytic"]["state_bytes"] for s, r in zip(state, ranks)),
-                           key=lambda x: abs(x - 1)),
+        "state_ratio": max((s / r["analytic"]["state_bytes"] for s, r in zip(state, ranks)), key=lambda x: abs(x - 1)),
         "comm_bytes_step": statistics.mean(comm),
         "comm_bytes_analytic": a["comm_bytes"],
         "comm_ratio": statistics.mean(comm) / a["comm_bytes"] if a["comm_bytes"] else float("nan"),
@@ -62,17 +62,28 @@ def summarize(plan, ranks: list[dict]) -> dict:
 
 def per_rank_table(ranks: list[dict]):
     import pandas as pd
-    return pd.DataFrame([{"rank": r["rank"], **{f"{k}_bytes": v for k, v in r["state_bytes"].items()},
-                          "comm_bytes_step": statistics.mean(r["comm_bytes"]),
-                          "peak_rss_bytes": r["peak_rss_bytes"],
-                          "step_s_median": statistics.median(r["step_s"])} for r in ranks])
+
+    return pd.DataFrame(
+        [
+            {
+                "rank": r["rank"],
+                **{f"{k}_bytes": v for k, v in r["state_bytes"].items()},
+                "comm_bytes_step": statistics.mean(r["comm_bytes"]),
+                "peak_rss_bytes": r["peak_rss_bytes"],
+                "step_s_median": statistics.median(r["step_s"]),
+            }
+            for r in ranks
+        ]
+    )
 
 
 def bar_charts(df, metrics: dict, title: str):
     """Per-rank state (stacked params/grads/optimizer, analytic line) and comm per step."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
     bottom = None
     for col, colour in (("params_bytes", "C0"), ("grads_bytes", "C1"), ("optim_bytes", "C2")):
@@ -118,19 +129,27 @@ def run(ctx) -> dict:
     gpu_possible = device != "cpu" or plan.launch.get("dist_backend") == "nccl"  # cpu: no torch import
     # counted here rather than through ctx.device: "needs 2 GPUs, found 0" says more than "no CUDA"
     is_jax = launcher.jax_cell(plan)
-    plan, env = placement(plan, device, launcher.cuda_gpus() if gpu_possible else 0,
-                          is_jax and gpu_possible and launcher.jax_has_cuda())
+    plan, env = placement(
+        plan, device, launcher.cuda_gpus() if gpu_possible else 0, is_jax and gpu_possible and launcher.jax_has_cuda()
+    )
     on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.get("dist_backend") == "nccl")
     ctx.info["placement"] = (f"{plan.world} GPU(s), " if on_gpu else "CPU, ") + (
-        "JAX" if is_jax else plan.launch.get("dist_backend", "gloo"))
+        "JAX" if is_jax else plan.launch.get("dist_backend", "gloo")
+    )
     ctx.set_tag("plan", plan.to_dict())
     ranks = launcher.launch(plan, ctx.out / "ranks", env)
     if plan.backend == "jax_lessons":
         return lessons_metrics(ctx, ranks[0])
     m = summarize(plan, ranks)
     for step in range(len(ranks[0]["losses"])):
-        ctx.log_metrics({"loss": ranks[0]["losses"][step], "dgrad": ranks[0]["dgrad"][step],
-                         "comm_bytes": ranks[0]["comm_bytes"][step]}, step=step)
+        ctx.log_metrics(
+            {
+                "loss": ranks[0]["losses"][step],
+                "dgrad": ranks[0]["dgrad"][step],
+                "comm_bytes": ranks[0]["comm_bytes"][step],
+            },
+            step=step,
+        )
     df = per_rank_table(ranks)
     ctx.log_table(df, "per_rank")
     title = f"{ctx.cell}: {plan.backend} {plan.pretty} mesh {plan.mesh_str}"
@@ -138,10 +157,16 @@ def run(ctx) -> dict:
     for f in sorted((ctx.out / "ranks").glob("*.txt")):
         ctx.log_artifact(f, "sharding")
     worst = max(m["parity_max_dloss"], m["parity_max_dgrad"], m["parity_max_dparam"])
-    ctx.info.update(backend=plan.backend, strategy=plan.pretty, mesh=plan.mesh_str, model=plan.model,
-                    dtype=plan.dtype,
-                    parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
-                    notes=notes(plan, m, ranks[0]), worst_param=ranks[0].get("dparam_where", ""))
+    ctx.info.update(
+        backend=plan.backend,
+        strategy=plan.pretty,
+        mesh=plan.mesh_str,
+        model=plan.model,
+        dtype=plan.dtype,
+        parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {worst:.1e} (tol {plan.tolerance:.0e})",
+        notes=notes(plan, m, ranks[0]),
+        worst_param=ranks[0].get("dparam_where", ""),
+    )
     cores = params.get("job_threads") or ctx.threads
     if cores and cores < plan.world and not on_gpu:  # the scheduler may run another cell beside this one
         ctx.info["notes"] += f"; {plan.world} ranks on {cores} reserved core(s): tokens/s not timing-grade"
@@ -153,11 +178,15 @@ def notes(plan, m: dict, r0: dict) -> str:
     out = [plan.model, plan.optimizer] + (["fp64"] if plan.dtype == "float64" else [])
     if plan.strategy == "pp":
         inflight = int(m["max_inflight_microbatches"])  # counted by the from-scratch schedule only
-        out.append(f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}"
-                   + (f", max in flight {inflight}" if inflight else ""))
+        out.append(
+            f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}"
+            + (f", max in flight {inflight}" if inflight else "")
+        )
     if plan.sequence_parallel:
         out.append("SequenceParallel")
-    out.append(r0.get("notes") or "collectives/step " + ", ".join(f"{k}×{v}" for k, v in r0.get("comm_calls", {}).items()))
+    out.append(
+        r0.get("notes") or "collectives/step " + ", ".join(f"{k}×{v}" for k, v in r0.get("comm_calls", {}).items())
+    )
     if "xb_dparam" in r0:
         out.append(f"torch↔JAX Δloss {r0['xb_dloss']:.1e} Δparam {r0['xb_dparam']:.1e}")
     return "; ".join(out)
@@ -167,13 +196,15 @@ def lessons_metrics(ctx, rec: dict) -> dict:
     """jax_lessons: jit speed-up, lax.cond vs Python branching, sharding renderings."""
     for f in sorted((ctx.out / "ranks").glob("*.txt")):
         ctx.log_artifact(f, "sharding")
-    ctx.info.update(backend="jax_lessons", strategy="—", mesh=rec.get("mesh", ""), parity="",
-                    notes=rec.get("notes", ""))
+    ctx.info.update(
+        backend="jax_lessons", strategy="—", mesh=rec.get("mesh", ""), parity="", notes=rec.get("notes", "")
+    )
     return {k: v for k, v in rec.items() if isinstance(v, (int, float))}
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "backend": "info.backend",
         "strategy": "info.strategy",

@@ -23,6 +23,7 @@ section from the rest:
 
 tests/test_stage_contract.py checks every column against what `run` returned on the smoke DAG.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,7 +38,7 @@ COLUMN_KINDS = ("metrics", "info", "params")
 
 @dataclass(frozen=True)
 class Stage:
-    module: str                                   # the module's import name: `__spec__.name`
+    module: str  # the module's import name: `__spec__.name`
     run: Callable[[StageRun], dict]
     columns: Mapping[str, str] = field(default_factory=dict)
     derived: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -50,12 +51,14 @@ class Stage:
         for title, ref in self.columns.items():
             kind, dot, key = ref.partition(".")
             if kind not in COLUMN_KINDS or not dot or not key:
-                raise ValueError(f"{self.module}: column {title!r} -> {ref!r}: expected "
-                                 f"one of {COLUMN_KINDS} + '.<key>'")
+                raise ValueError(
+                    f"{self.module}: column {title!r} -> {ref!r}: expected one of {COLUMN_KINDS} + '.<key>'"
+                )
         for title, (how, column, _cell) in self.derived.items():
             if how not in ("ratio", "diff") or column not in self.columns:
-                raise ValueError(f"{self.module}: derived {title!r}: ({how!r}, {column!r}) needs "
-                                 "ratio|diff of a declared column")
+                raise ValueError(
+                    f"{self.module}: derived {title!r}: ({how!r}, {column!r}) needs ratio|diff of a declared column"
+                )
         if self.headline and self.headline[1] not in {*self.columns, *self.derived}:
             raise ValueError(f"{self.module}: headline column {self.headline[1]!r} is not a column")
 

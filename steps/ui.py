@@ -4,6 +4,7 @@ A thin launcher around the real `mlflow server` (same as `mlflow ui --backend-st
 sqlite:///results/mlflow.db --host 127.0.0.1`), which also picks a free port when asked and refuses
 a missing database instead of silently creating an empty one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,20 @@ def free_port() -> int:
 
 
 def server_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-            f"sqlite:///{db.resolve()}", "--host", host, "--port", str(port), "--workers", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{db.resolve()}",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

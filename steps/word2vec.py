@@ -4,6 +4,7 @@ backend torch     -> our skip-gram/CBOW with negative sampling (steps/w2v), opti
 backend gensim    -> gensim Word2Vec on the same tokens and hyperparameters, timed the same way
 backend pretrained-> a pretrained LM's input embeddings (single-token words only)
 """
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,9 @@ def report_figures(table, out_dir, folders):
 
 def run(ctx: StageRun) -> dict:
     p = ctx.params
-    ctx.info.update(backend=p["backend"], arch=p["arch"],
-                    optimizer=p["optimizer"] if p["backend"] == "torch" else p["backend"])
+    ctx.info.update(
+        backend=p["backend"], arch=p["arch"], optimizer=p["optimizer"] if p["backend"] == "torch" else p["backend"]
+    )
     t0 = time.perf_counter()
     if p["backend"] == "pretrained":
         words, vectors, info = load_pretrained(p["pretrained"])
@@ -36,12 +38,16 @@ def run(ctx: StageRun) -> dict:
         metrics = {"load_s": time.perf_counter() - t0}
     else:
         if p["backend"] == "torch":
-            ctx.info["update_path"] = (("torch.compile'd" if p["compile"] else "eager")
-                                       + " hand-written index_add_ SGD" if p["fused"]
-                                       else "autograd sparse grads")
+            ctx.info["update_path"] = (
+                ("torch.compile'd" if p["compile"] else "eager") + " hand-written index_add_ SGD"
+                if p["fused"]
+                else "autograd sparse grads"
+            )
             ctx.info["negatives"] = "shared per window" if p["shared_negatives"] else "per pair"
-            ctx.info["timing"] = "words/s over the training loop; compile_s (one-time, cached on " \
-                                 "disk by Inductor) is excluded, as gensim's build is"
+            ctx.info["timing"] = (
+                "words/s over the training loop; compile_s (one-time, cached on "
+                "disk by Inductor) is excluded, as gensim's build is"
+            )
         corpus = encode_corpus(ctx, p)
         words, vectors, metrics = train_vectors(ctx, p, corpus, ctx.seed)
     kv = keyed_vectors(words, vectors)
@@ -56,7 +62,8 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "backend": "info.backend",
         "optimizer": "info.optimizer",
@@ -70,10 +77,12 @@ STAGE = Stage(
         "king−man+woman top-5": "info.king_man_woman_top5",
     },
     # one job cannot know another's speed or scores: the report compares with the gensim row
-    derived={"ratio to gensim": ("ratio", "words/s", "gensim"),
-             "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
-             "WS353 Δ gensim": ("diff", "WS353", "gensim"),
-             "SimLex Δ gensim": ("diff", "SimLex", "gensim")},
+    derived={
+        "ratio to gensim": ("ratio", "words/s", "gensim"),
+        "analogy Δ gensim": ("diff", "analogy acc", "gensim"),
+        "WS353 Δ gensim": ("diff", "WS353", "gensim"),
+        "SimLex Δ gensim": ("diff", "SimLex", "gensim"),
+    },
     # With seeds > 1 the scores are means over seeds and words/s is their median: on the plays
     # one seed's WS353 moves by +-2-3 points (107 of its 353 pairs are in the vocabulary), more
     # than the 1-point margin the comparison with gensim is judged by.

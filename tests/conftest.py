@@ -2,6 +2,7 @@
 temporary folder (run once per session), running one stage as its job would, the runs in a
 job's MLflow store, the perf section around a toy model, a tiny corpus + tokenizer for the GPT
 stages, and the CPU-path check of the Triton kernels."""
+
 from __future__ import annotations
 
 import json
@@ -35,12 +36,31 @@ def clean_env() -> dict:
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Run the real snakemake CLI on the project's Snakefile inside `workdir`."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir),
-           "--cores", "2", "--configfile", str(SMOKE), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        "--configfile",
+        str(SMOKE),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
     if check and proc.returncode != 0:
-        logs = "\n".join(f"--- {p}\n{p.read_text()[-3000:]}" for p in (workdir / "results" / "logs").rglob("*.log")
-                         if "rror" in p.read_text()) if (workdir / "results" / "logs").exists() else ""
+        logs = (
+            "\n".join(
+                f"--- {p}\n{p.read_text()[-3000:]}"
+                for p in (workdir / "results" / "logs").rglob("*.log")
+                if "rror" in p.read_text()
+            )
+            if (workdir / "results" / "logs").exists()
+            else ""
+        )
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stderr[-6000:]}\n{logs}")
     return proc
 
@@ -48,47 +68,75 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
 # The DAG's data folders, as the rules name them (workflow/rules/data.smk). `stage_paths` gives a
 # stage the inputs and outputs its rule would; test_stage_contract.py checks it against the paths
 # Snakemake passes on the smoke DAG.
-DAG_DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer",
-            "prepare_mcq": "results/data/mcq"}
+DAG_DATA = {
+    "prepare_corpus": "results/data/corpus",
+    "train_tokenizer": "results/data/tokenizer",
+    "prepare_mcq": "results/data/mcq",
+}
 
 
 def stage_paths(stage: str, cell: str, params: dict) -> tuple[dict, dict]:
     """(inputs, outputs) of one job, as its rule passes them (`--input`/`--output NAME=PATH`).
     The report's inputs are every other job's metrics.json, named <stage>/<cell> (not listed here)."""
     if stage == "report":
-        return {}, {"index": "results/reports/index.md", "html": "results/reports/index.html",
-                    "plots": "results/reports/plots", "metrics": "results/reports/metrics.json"}
+        return {}, {
+            "index": "results/reports/index.md",
+            "html": "results/reports/index.html",
+            "plots": "results/reports/plots",
+            "metrics": "results/reports/metrics.json",
+        }
     outputs = {"metrics": f"results/{stage}/{cell}/metrics.json"}
     if stage in DAG_DATA:
         outputs["data"] = DAG_DATA[stage]
     corpus = {"corpus": DAG_DATA["prepare_corpus"]}
-    inputs = {"train_tokenizer": corpus,
-              "gpt_train": {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]},
-              "word2vec": {} if params.get("backend") == "pretrained" else
-                          {"corpus": params.get("corpus") or DAG_DATA["prepare_corpus"]},
-              "mcq_finetune": {"data": params.get("data") or DAG_DATA["prepare_mcq"]},
-              "perf": {} if cell == params.get("baseline_cell", cell) else
-                      {"baseline": f"results/perf/{params['baseline_cell']}/metrics.json"},
-              }.get(stage, {})
+    inputs = {
+        "train_tokenizer": corpus,
+        "gpt_train": {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]},
+        "word2vec": {}
+        if params.get("backend") == "pretrained"
+        else {"corpus": params.get("corpus") or DAG_DATA["prepare_corpus"]},
+        "mcq_finetune": {"data": params.get("data") or DAG_DATA["prepare_mcq"]},
+        "perf": {}
+        if cell == params.get("baseline_cell", cell)
+        else {"baseline": f"results/perf/{params['baseline_cell']}/metrics.json"},
+    }.get(stage, {})
     return inputs, outputs
 
 
 def io_args(inputs: dict, outputs: dict) -> list[str]:
-    return ([a for k, v in inputs.items() for a in ("--input", f"{k}={v}")]
-            + [a for k, v in outputs.items() for a in ("--output", f"{k}={v}")])
+    return [a for k, v in inputs.items() for a in ("--input", f"{k}={v}")] + [
+        a for k, v in outputs.items() for a in ("--output", f"{k}={v}")
+    ]
 
 
-def run_stage(workdir: Path, stage: str, params: dict, cell: str = "main", common: dict | None = None,
-              check: bool = True, inputs: dict | None = None,
-              outputs: dict | None = None) -> subprocess.CompletedProcess:
+def run_stage(
+    workdir: Path,
+    stage: str,
+    params: dict,
+    cell: str = "main",
+    common: dict | None = None,
+    check: bool = True,
+    inputs: dict | None = None,
+    outputs: dict | None = None,
+) -> subprocess.CompletedProcess:
     """Run one stage module as Snakemake would (`python -m steps.<stage> --cfg ... --input ...
     --output ...`); paths default to those its rule gives it (`stage_paths`)."""
-    cfg = {"stage": stage, "cell": cell, "params": params,
-           "common": {"seed": 1234, "device": "cpu", "threads": 1, "tracking": {"uri": None}, **(common or {})}}
+    cfg = {
+        "stage": stage,
+        "cell": cell,
+        "params": params,
+        "common": {"seed": 1234, "device": "cpu", "threads": 1, "tracking": {"uri": None}, **(common or {})},
+    }
     default_in, default_out = stage_paths(stage, cell, params)
     io = io_args(default_in if inputs is None else inputs, {**default_out, **(outputs or {})})
-    proc = subprocess.run([sys.executable, "-m", f"steps.{stage}", *io, "--cfg", json.dumps(cfg)],
-                          cwd=workdir, capture_output=True, text=True, timeout=600, env=clean_env())
+    proc = subprocess.run(
+        [sys.executable, "-m", f"steps.{stage}", *io, "--cfg", json.dumps(cfg)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean_env(),
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{stage} failed:\n{proc.stderr[-5000:]}")
     return proc
@@ -105,7 +153,9 @@ def smoke_dag(tmp_path_factory) -> Path:
 def smoke_cells() -> dict[str, list[str]]:
     """The cells of every stage in the smoke config (tracking and report are no matrix)."""
     cfg = load_config(DEFAULT, SMOKE)
-    stages = [s for s in load_schema()["properties"] if isinstance(cfg.get(s), dict) and s not in ("tracking", "report")]
+    stages = [
+        s for s in load_schema()["properties"] if isinstance(cfg.get(s), dict) and s not in ("tracking", "report")
+    ]
     return {s: cells(cfg, s) for s in stages}
 
 
@@ -114,12 +164,18 @@ def mlflow_runs(workdir: Path):
     import pandas as pd
 
     from steps.tracking import store
+
     client = store.client(f"sqlite:///{workdir / 'results' / 'mlflow.db'}")
     exps = [e.experiment_id for e in client.search_experiments()]
-    rows = [{"run_id": r.info.run_id, "status": r.info.status,
-             **{f"tags.{k}": v for k, v in r.data.tags.items()},
-             **{f"params.{k}": v for k, v in r.data.params.items()}}
-            for r in client.search_runs(exps, max_results=10_000)]
+    rows = [
+        {
+            "run_id": r.info.run_id,
+            "status": r.info.status,
+            **{f"tags.{k}": v for k, v in r.data.tags.items()},
+            **{f"params.{k}": v for k, v in r.data.params.items()},
+        }
+        for r in client.search_runs(exps, max_results=10_000)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -135,9 +191,19 @@ TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 
 
 def perf_params(**over) -> dict:
     """The resolved perf section of the default config with a toy model and `over` applied."""
-    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "batch_size": 4, "warmup_steps": 1,
-                                                   "timed_steps": 2, "peak_matmul_size": 128,
-                                                   "cells": {"x": over}}})
+    cfg = load_config(
+        DEFAULT,
+        overrides={
+            "perf": {
+                "model": TOY,
+                "batch_size": 4,
+                "warmup_steps": 1,
+                "timed_steps": 2,
+                "peak_matmul_size": 128,
+                "cells": {"x": over},
+            }
+        },
+    )
     return cell_config(cfg, "perf", "x")["params"]
 
 
@@ -161,13 +227,21 @@ def check_triton_path_stays_off_on_cpu() -> None:
 
 
 # ---- GPT stages: a tiny corpus + tokenizer laid out like data.smk's outputs ----------------------
-WORDS = ("the king queen lord lady speaks sleeps sword crown night day love death rose "
-         "thou thee art hath doth fair foul sweet bitter").split()
-TINY_TRAIN = {"model": {"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32},
-              "batch_size": 4, "max_steps": 6, "warmup_steps": 2, "eval_interval": 3,
-              "eval_batches": 2, "ckpt_interval": 1,
-              "samples": {"prompts": ["the king"], "max_new_tokens": 8, "num_beams": 2},
-              "bench": {"enabled": False}}
+WORDS = (
+    "the king queen lord lady speaks sleeps sword crown night day love death rose "
+    "thou thee art hath doth fair foul sweet bitter"
+).split()
+TINY_TRAIN = {
+    "model": {"block_size": 32, "n_layer": 2, "n_head": 2, "n_embd": 32},
+    "batch_size": 4,
+    "max_steps": 6,
+    "warmup_steps": 2,
+    "eval_interval": 3,
+    "eval_batches": 2,
+    "ckpt_interval": 1,
+    "samples": {"prompts": ["the king"], "max_new_tokens": 8, "num_beams": 2},
+    "bench": {"enabled": False},
+}
 
 
 def tiny_texts(n: int, seed: int) -> list[str]:
@@ -180,9 +254,14 @@ def make_data(root: Path, vocab_size: int = 300) -> Path:
     import datasets
 
     from steps.train_tokenizer import train_bpe
+
     data = root / "results" / "data"
-    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": tiny_texts(300, 0)}),
-                               "validation": datasets.Dataset.from_dict({"text": tiny_texts(30, 1)})})
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": tiny_texts(300, 0)}),
+            "validation": datasets.Dataset.from_dict({"text": tiny_texts(30, 1)}),
+        }
+    )
     dd.save_to_disk(str(data / "corpus"))
     train_bpe(dd["train"]["text"], vocab_size, 2).save_pretrained(str(data / "tokenizer"))
     return root

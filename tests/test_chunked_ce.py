@@ -1,5 +1,6 @@
 """steps.models.chunked_ce: chunked linear + cross-entropy equals F.cross_entropy (values and
 gradients) and never holds the (N, V) logits; the GPTConfig.fused_ce hook. CPU, a few seconds."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from steps.models.chunked_ce import (default_chunk_size, linear_cross_entropy,
-                                     reference_linear_cross_entropy)
+from steps.models.chunked_ce import default_chunk_size, linear_cross_entropy, reference_linear_cross_entropy
 
 
 def make_inputs(n=150, v=97, d=24, dtype=torch.float64, ignore_every=7, ignore_index=-100, seed=0):
@@ -44,18 +44,17 @@ def test_fp64_equals_reference(chunk):
     for a, b in zip(ours, ref):
         assert a.dtype == torch.float64
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-    assert (ours[1][t == -100] == 0).all()      # ignored rows get no gradient
+    assert (ours[1][t == -100] == 0).all()  # ignored rows get no gradient
 
 
 def test_fp64_other_ignore_index_and_no_grad():
-    h, w, t = make_inputs(ignore_index=3)       # a real class id as ignore_index
+    h, w, t = make_inputs(ignore_index=3)  # a real class id as ignore_index
     ours = loss_and_grads(linear_cross_entropy, h, w, t, chunk_size=16, ignore_index=3)
     ref = loss_and_grads(reference_linear_cross_entropy, h, w, t, ignore_index=3)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-    with torch.no_grad():                       # loss-only path (no gradient work)
-        torch.testing.assert_close(linear_cross_entropy(h, w, t, 3, chunk_size=16), ref[0],
-                                   rtol=0, atol=1e-12)
+    with torch.no_grad():  # loss-only path (no gradient work)
+        torch.testing.assert_close(linear_cross_entropy(h, w, t, 3, chunk_size=16), ref[0], rtol=0, atol=1e-12)
 
 
 def test_all_ignored_matches_cross_entropy():
@@ -76,14 +75,14 @@ def test_tied_weight_and_frozen_weight():
     grads = []
     for fn in (lambda *a: linear_cross_entropy(*a, chunk_size=33), reference_linear_cross_entropy):
         hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
-        emb = F.embedding(ids, ww)              # the tied input embedding
+        emb = F.embedding(ids, ww)  # the tied input embedding
         (fn(hh + emb.sum() * 1e-3, ww, t) + emb.pow(2).sum()).backward()
         grads.append((hh.grad, ww.grad))
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
     hh = h.clone().requires_grad_()
-    linear_cross_entropy(hh, w, t, chunk_size=33).backward()   # w.requires_grad is False
+    linear_cross_entropy(hh, w, t, chunk_size=33).backward()  # w.requires_grad is False
     hr = h.clone().requires_grad_()
     reference_linear_cross_entropy(hr, w, t).backward()
     assert w.grad is None
@@ -96,10 +95,10 @@ def test_3d_inputs_and_default_chunk():
     ref = loss_and_grads(reference_linear_cross_entropy, h, w, t)
     torch.testing.assert_close(ours[0], ref[0], rtol=0, atol=1e-12)
     torch.testing.assert_close(ours[1].view(150, -1), ref[1], rtol=0, atol=1e-12)
-    assert default_chunk_size(10**6, 8192) == 512        # 16 MiB of fp32 logits per chunk
+    assert default_chunk_size(10**6, 8192) == 512  # 16 MiB of fp32 logits per chunk
     assert default_chunk_size(10**6, 4096) == 1024
-    assert default_chunk_size(10**6, 50257) == 256       # the floor: 64 from the budget alone
-    assert default_chunk_size(100, 8192) == 100          # never more than N
+    assert default_chunk_size(10**6, 50257) == 256  # the floor: 64 from the budget alone
+    assert default_chunk_size(100, 8192) == 100  # never more than N
 
 
 # ---- 2. fp32 and bf16 autocast ----------------------------------------------------------------
@@ -124,8 +123,9 @@ class OpLog(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        ins = [a.dtype for a in tree_flatten((args, kwargs))[0]
-               if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        ins = [
+            a.dtype for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor) and a.is_floating_point()
+        ]
         self.ops.append((func.__name__, ins))
         for o in tree_flatten(out)[0]:
             if isinstance(o, torch.Tensor):
@@ -153,7 +153,7 @@ def test_bf16_autocast_cpu():
 
 
 # ---- 3. memory: the full logits never exist ---------------------------------------------------
-N, V, D, CHUNK = 512, 4096, 64, 128          # full fp32 logits: 8 MiB; one chunk: 2 MiB
+N, V, D, CHUNK = 512, 4096, 64, 128  # full fp32 logits: 8 MiB; one chunk: 2 MiB
 
 
 def saved_during(fn, h, w, t):
@@ -195,21 +195,25 @@ def test_saved_tensor_meter(toy):
     head = torch.nn.Linear(D, V, bias=False)
     head.weight.data.copy_(w)
     measured = {}
-    for name, fn in {"ours": lambda x: linear_cross_entropy(x, head.weight, t, chunk_size=CHUNK),
-                     "ref": lambda x: reference_linear_cross_entropy(x, head.weight, t)}.items():
+    for name, fn in {
+        "ours": lambda x: linear_cross_entropy(x, head.weight, t, chunk_size=CHUNK),
+        "ref": lambda x: reference_linear_cross_entropy(x, head.weight, t),
+    }.items():
         meter = SavedTensorMeter(head)
         with meter():
             fn(h.clone().requires_grad_()).backward()
         measured[name] = meter.bytes
-    assert measured["ref"] >= N * V * 4                    # log-probs (+ h)
-    assert measured["ours"] == (N * D + V * D) * 4          # grad_h + grad_W only
+    assert measured["ref"] >= N * V * 4  # log-probs (+ h)
+    assert measured["ours"] == (N * D + V * D) * 4  # grad_h + grad_W only
 
 
 def test_largest_tensor_created(toy):
     """TorchDispatchMode sees every tensor any op creates, in forward and backward: ours never
     makes one larger than a chunk's logits, the reference makes the full (N, V)."""
-    for fn, bound in ((lambda *a: linear_cross_entropy(*a, chunk_size=CHUNK), CHUNK * V),
-                      (reference_linear_cross_entropy, N * V)):
+    for fn, bound in (
+        (lambda *a: linear_cross_entropy(*a, chunk_size=CHUNK), CHUNK * V),
+        (reference_linear_cross_entropy, N * V),
+    ):
         with OpLog() as log:
             loss_and_grads(fn, *toy)
         assert log.largest == bound
@@ -256,11 +260,13 @@ def test_cuda_bf16_autocast_peak_memory():
     h, w, t = (x.cuda() for x in make_inputs(n=n, v=v, d=d, dtype=torch.float32))
     exact = loss_and_grads(reference_linear_cross_entropy, h.double(), w.double(), t)
     peaks, errs = {}, {}
-    for name, fn in (("ours", lambda *a: linear_cross_entropy(*a, chunk_size=chunk)),
-                     ("ref", reference_linear_cross_entropy)):
+    for name, fn in (
+        ("ours", lambda *a: linear_cross_entropy(*a, chunk_size=chunk)),
+        ("ref", reference_linear_cross_entropy),
+    ):
         hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            fn(hh, ww, t).backward()               # warm-up: cuBLAS workspace, allocator pools
+            fn(hh, ww, t).backward()  # warm-up: cuBLAS workspace, allocator pools
         hh.grad = ww.grad = None
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()

@@ -1,4 +1,5 @@
 """Foundation: config validation, tracking under concurrency, failure handling, data determinism."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,7 @@ from tests.conftest import clean_env, mlflow_runs, run_stage, snakemake
 def test_shipped_configs_validate_and_fill_defaults():
     default = load_config(CONFIG_DIR / "default.yaml")
     assert default["prepare_corpus"]["source"] == "builtin:shakespeare"
-    assert default["prepare_corpus"]["max_documents"] == 0          # filled from the schema
+    assert default["prepare_corpus"]["max_documents"] == 0  # filled from the schema
     assert default["tracking"]["uri"] is None
     smoke = load_config(CONFIG_DIR / "default.yaml", CONFIG_DIR / "smoke.yaml")
     assert smoke["threads"] == 1 and smoke["prepare_corpus"]["source"] == "builtin:shakespeare"
@@ -26,13 +27,16 @@ def test_shipped_configs_validate_and_fill_defaults():
     assert gpu["device"] == "cuda"
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({"prepare_corpus": {"bogus": 1}}, ["prepare_corpus.bogus", "unknown"]),
-    ({"prepare_corpus": {"val_fraction": "a lot"}}, ["prepare_corpus.val_fraction", "number"]),
-    ({"threads": "two"}, ["'threads'", "integer"]),
-    ({"device": "tpu"}, ["'device'", "one of"]),
-    ({"nonsense_section": {}}, ["nonsense_section", "unknown"]),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ({"prepare_corpus": {"bogus": 1}}, ["prepare_corpus.bogus", "unknown"]),
+        ({"prepare_corpus": {"val_fraction": "a lot"}}, ["prepare_corpus.val_fraction", "number"]),
+        ({"threads": "two"}, ["'threads'", "integer"]),
+        ({"device": "tpu"}, ["'device'", "one of"]),
+        ({"nonsense_section": {}}, ["nonsense_section", "unknown"]),
+    ],
+)
 def test_bad_config_names_key_and_type(bad, words):
     with pytest.raises(ConfigError) as err:
         validate_config(bad)
@@ -71,11 +75,20 @@ JOB = textwrap.dedent("""
 
 
 def _job(workdir: Path, cell: str, n: int, fail: bool = False) -> subprocess.Popen:
-    cfg = {"stage": "concurrency", "cell": cell, "params": {"n": n, "fail": fail},
-           "common": {"seed": 1, "tracking": {"uri": None}}}
-    return subprocess.Popen([sys.executable, "-c", JOB, "--cfg", json.dumps(cfg), "--out",
-                             f"results/concurrency/{cell}"], cwd=workdir, env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cfg = {
+        "stage": "concurrency",
+        "cell": cell,
+        "params": {"n": n, "fail": fail},
+        "common": {"seed": 1, "tracking": {"uri": None}},
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, "--cfg", json.dumps(cfg), "--out", f"results/concurrency/{cell}"],
+        cwd=workdir,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_eight_concurrent_jobs_lose_no_run_and_no_metric(tmp_path):
@@ -85,6 +98,7 @@ def test_eight_concurrent_jobs_lose_no_run_and_no_metric(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
     from steps.tracking import store
+
     runs = mlflow_runs(tmp_path)
     assert len(runs) == 8 and set(runs["status"]) == {"FINISHED"}
     client = store.client(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
@@ -94,8 +108,15 @@ def test_eight_concurrent_jobs_lose_no_run_and_no_metric(tmp_path):
         assert sorted(m.step for m in history) == list(range(n))
         assert rec["metrics"]["final"] == n
     tags = runs.iloc[0]
-    for key in ("tags.rule", "tags.cell", "tags.config_hash", "tags.git_commit", "tags.version.torch",
-                "tags.version.mlflow", "params.n"):
+    for key in (
+        "tags.rule",
+        "tags.cell",
+        "tags.config_hash",
+        "tags.git_commit",
+        "tags.version.torch",
+        "tags.version.mlflow",
+        "params.n",
+    ):
         assert key in runs.columns and isinstance(tags[key], str) and tags[key]
 
 
@@ -110,7 +131,9 @@ def test_failed_job_ends_failed_and_stale_running_run_is_closed(tmp_path):
     assert "boom" in runs.loc[failed["run_id"], "tags.error"]
 
     # a job killed outright (SIGKILL) leaves its run RUNNING ...
-    import signal, time
+    import signal
+    import time
+
     k = _job(tmp_path, "k", 10_000)
     deadline = time.time() + 120
     while time.time() < deadline and not len(mlflow_runs(tmp_path).query("status == 'RUNNING'")):
@@ -131,26 +154,43 @@ def test_failed_job_ends_failed_and_stale_running_run_is_closed(tmp_path):
 def _digest(folder: Path) -> str:
     h = hashlib.sha256()
     for f in sorted(folder.rglob("*")):
-        if f.is_file() and f.suffix != ".json":      # state.json holds a fingerprint of the path
+        if f.is_file() and f.suffix != ".json":  # state.json holds a fingerprint of the path
             h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()
 
 
 def test_prepare_corpus_is_deterministic_by_seed(tmp_path):
-    params = {"source": "builtin:shakespeare", "unit": "scene", "text_column": "text",
-              "val_fraction": 0.1, "max_documents": 30, "min_chars": 1}
+    params = {
+        "source": "builtin:shakespeare",
+        "unit": "scene",
+        "text_column": "text",
+        "val_fraction": 0.1,
+        "max_documents": 30,
+        "min_chars": 1,
+    }
     digests = []
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         work = tmp_path / name
         work.mkdir()
-        run_stage(work, "prepare_corpus", params, common={"seed": seed}, )
+        run_stage(
+            work,
+            "prepare_corpus",
+            params,
+            common={"seed": seed},
+        )
         digests.append(_digest(work / "results/data/corpus"))
     assert digests[0] == digests[1] != digests[2]
 
 
 def test_bad_corpus_source_is_one_clear_error(tmp_path):
-    params = {"source": str(tmp_path / "nothing/*.txt"), "unit": "scene", "text_column": "text",
-              "val_fraction": 0.1, "max_documents": 0, "min_chars": 1}
+    params = {
+        "source": str(tmp_path / "nothing/*.txt"),
+        "unit": "scene",
+        "text_column": "text",
+        "val_fraction": 0.1,
+        "max_documents": 0,
+        "min_chars": 1,
+    }
     proc = run_stage(tmp_path, "prepare_corpus", params, check=False)
     assert proc.returncode == 1
     assert "matches no files" in proc.stderr and "Traceback" not in proc.stderr
@@ -159,6 +199,7 @@ def test_bad_corpus_source_is_one_clear_error(tmp_path):
 def test_yaml_exponent_without_dot_is_a_number_where_schema_says_number():
     """YAML 1.1 reads `1e-4` as a string; the schema's `number` wins, in cells too."""
     import yaml
+
     raw = yaml.safe_load("word2vec:\n  sample: 1e-3\n  cells:\n    sgd: {lr: 2e-2}\n")
     assert raw["word2vec"]["sample"] == "1e-3"
     cfg = validate_config(raw)

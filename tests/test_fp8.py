@@ -1,6 +1,7 @@
 """fp8 matmuls (steps/models/fp8.py): torch._scaled_mm (it runs on CPU too) against the same
 per-tensor e4m3/e5m2 quantisation done by hand in fp32, and against the fp32 Linear at fp8's
 precision."""
+
 from __future__ import annotations
 
 import torch
@@ -54,8 +55,8 @@ def test_fp8_linear_is_close_to_the_fp32_linear():
     ya, yb = ref(xa), f8(xb)
     gy = torch.randn_like(ya)
     ya.backward(gy), yb.backward(gy)
-    assert 0 < rel(yb, ya) < 0.08                      # e4m3: 3 mantissa bits
-    assert 0 < rel(xb.grad, xa.grad) < 0.15            # e5m2 gradients: 2 mantissa bits
+    assert 0 < rel(yb, ya) < 0.08  # e4m3: 3 mantissa bits
+    assert 0 < rel(xb.grad, xa.grad) < 0.15  # e5m2 gradients: 2 mantissa bits
     assert 0 < rel(f8.weight.grad, ref.weight.grad) < 0.15
 
 

@@ -1,12 +1,14 @@
 """Hand-written components: gradchecks (float64), NumPy twins, RoPE vs transformers, masks,
 and the attention contract other developers rely on (local heads from the tensor shape)."""
+
 import copy
 
 import numpy as np
 import pytest
 import torch
 
-from steps.models import checks, masking, positional as P
+from steps.models import checks, masking
+from steps.models import positional as P
 from steps.models.gpt import GPTConfig, GPTLMHeadModel, use_custom_functions
 from steps.models.linear import linear
 from steps.models.norms import layer_norm, rms_norm
@@ -19,16 +21,19 @@ def t64(*shape):
     return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
 
 
-@pytest.mark.parametrize("name,fn,inputs", [
-    ("softmax", lambda x: softmax(x), lambda: (t64(3, 5),)),
-    ("softmax dim 0", lambda x: softmax(x, None, 0), lambda: (t64(4, 3),)),
-    ("masked softmax", lambda x: softmax(x, torch.tensor([[True, False, True, True]] * 2)), lambda: (t64(2, 4),)),
-    ("linear", linear, lambda: (t64(2, 3, 4), t64(5, 4), t64(5))),
-    ("linear no bias", lambda x, w: linear(x, w), lambda: (t64(3, 4), t64(2, 4))),
-    ("layernorm", lambda x, w, b: layer_norm(x, w, b, 1e-5), lambda: (t64(2, 3, 6), t64(6), t64(6))),
-    ("layernorm no bias", lambda x, w: layer_norm(x, w, None, 1e-5), lambda: (t64(3, 6), t64(6))),
-    ("rmsnorm", lambda x, w: rms_norm(x, w, 1e-6), lambda: (t64(2, 3, 6), t64(6))),
-])
+@pytest.mark.parametrize(
+    "name,fn,inputs",
+    [
+        ("softmax", lambda x: softmax(x), lambda: (t64(3, 5),)),
+        ("softmax dim 0", lambda x: softmax(x, None, 0), lambda: (t64(4, 3),)),
+        ("masked softmax", lambda x: softmax(x, torch.tensor([[True, False, True, True]] * 2)), lambda: (t64(2, 4),)),
+        ("linear", linear, lambda: (t64(2, 3, 4), t64(5, 4), t64(5))),
+        ("linear no bias", lambda x, w: linear(x, w), lambda: (t64(3, 4), t64(2, 4))),
+        ("layernorm", lambda x, w, b: layer_norm(x, w, b, 1e-5), lambda: (t64(2, 3, 6), t64(6), t64(6))),
+        ("layernorm no bias", lambda x, w: layer_norm(x, w, None, 1e-5), lambda: (t64(3, 6), t64(6))),
+        ("rmsnorm", lambda x, w: rms_norm(x, w, 1e-6), lambda: (t64(2, 3, 6), t64(6))),
+    ],
+)
 def test_gradcheck(name, fn, inputs):
     torch.manual_seed(0)
     assert torch.autograd.gradcheck(fn, inputs(), eps=1e-6, atol=1e-6)
@@ -134,6 +139,7 @@ def test_activation_checkpointing_same_gradients_and_param_count():
     from transformers import GPT2LMHeadModel
 
     from steps.models.hf_convert import hf_config_from_ours
+
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=30, block_size=8, n_layer=2, n_head=2, n_embd=8)
     m = GPTLMHeadModel(cfg).double()

@@ -1,5 +1,6 @@
 """Decoding: KV cache == no cache, sampling filters, EOS, beam search on a toy model whose
 best sequence is known by brute force."""
+
 import itertools
 from dataclasses import dataclass
 
@@ -15,8 +16,9 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module", params=["learned", "rope"])
 def model(request):
     torch.manual_seed(0)
-    return GPTLMHeadModel(GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=16,
-                                    pos=request.param)).eval()
+    return GPTLMHeadModel(
+        GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=16, pos=request.param)
+    ).eval()
 
 
 def test_kv_cache_equals_no_cache(model):
@@ -25,13 +27,17 @@ def test_kv_cache_equals_no_cache(model):
     b = generate(model, prompt, 12, use_cache=False)
     assert a.shape == (3, 17) and torch.equal(a, b)
     for kw in ({"temperature": 0.7, "top_k": 10}, {"temperature": 1.3, "top_p": 0.8}):
-        s1 = generate(model, prompt, 12, do_sample=True, use_cache=True,
-                      generator=torch.Generator().manual_seed(5), **kw)
-        s2 = generate(model, prompt, 12, do_sample=True, use_cache=False,
-                      generator=torch.Generator().manual_seed(5), **kw)
+        s1 = generate(
+            model, prompt, 12, do_sample=True, use_cache=True, generator=torch.Generator().manual_seed(5), **kw
+        )
+        s2 = generate(
+            model, prompt, 12, do_sample=True, use_cache=False, generator=torch.Generator().manual_seed(5), **kw
+        )
         assert torch.equal(s1, s2)
-    assert torch.equal(beam_search(model, prompt[:1], 3, 8, use_cache=True)[0],
-                       beam_search(model, prompt[:1], 3, 8, use_cache=False)[0])
+    assert torch.equal(
+        beam_search(model, prompt[:1], 3, 8, use_cache=True)[0],
+        beam_search(model, prompt[:1], 3, 8, use_cache=False)[0],
+    )
 
 
 def test_generation_past_block_size_crops_context(model):
@@ -74,16 +80,12 @@ class Bigram(torch.nn.Module):
 
 # token 0 = start, 3 = EOS. Greedy takes 1 (0.6) then is stuck with 0.34-ish; 2 (0.4) leads to a
 # near-certain path, so the best 3-token sequence starts with 2.
-TABLE = [[0.01, 0.59, 0.39, 0.01],
-         [0.01, 0.34, 0.33, 0.32],
-         [0.005, 0.005, 0.98, 0.01],
-         [0.25, 0.25, 0.25, 0.25]]
+TABLE = [[0.01, 0.59, 0.39, 0.01], [0.01, 0.34, 0.33, 0.32], [0.005, 0.005, 0.98, 0.01], [0.25, 0.25, 0.25, 0.25]]
 
 
 def brute_force(n):
     table = torch.log(torch.tensor(TABLE, dtype=torch.float64))
-    best = max(itertools.product(range(4), repeat=n),
-               key=lambda s: sum(table[a, b] for a, b in zip((0,) + s, s)))
+    best = max(itertools.product(range(4), repeat=n), key=lambda s: sum(table[a, b] for a, b in zip((0,) + s, s)))
     return list(best)
 
 

@@ -1,4 +1,5 @@
 """Our GPT == HF GPT2LMHeadModel: converter both ways, every layer, every gradient, greedy tokens."""
+
 import json
 
 import pytest
@@ -19,14 +20,16 @@ CONFIGS = {
 
 def hf_model(name, dtype):
     torch.manual_seed(0)
-    cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
-                     eos_token_id=None, **CONFIGS[name])
+    cfg = GPT2Config(
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None, eos_token_id=None, **CONFIGS[name]
+    )
     return GPT2LMHeadModel(cfg).to(dtype).eval()
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-@pytest.mark.parametrize("dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10),
-                                                      (torch.float32, None, 1e-5, 1e-4)])
+@pytest.mark.parametrize(
+    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-5, 1e-4)]
+)
 @pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
 def test_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
     hf = hf_model(name, dtype)
@@ -60,7 +63,7 @@ def test_hooks_localise_a_difference():
     with torch.no_grad():
         ours.transformer.h[1].mlp.c_fc.bias += 1e-3
     ids = torch.randint(0, 101, (1, 9))
-    (a, ha), (b, hb) = record_activations(hf, 3), record_activations(ours, 3)
+    (a, _), (b, _) = record_activations(hf, 3), record_activations(ours, 3)
     hf(ids), ours(ids)
     err = {k: float((a[k] - b[k]).abs().max()) for k in a}
     before = [k for k in err if k.startswith(("embeddings", "h.0.", "h.1.ln", "h.1.attn", "h.1.res"))]
@@ -78,8 +81,9 @@ def test_greedy_equals_hf_generate(name):
 
 
 def test_gpt_parity_stage(tmp_path):
-    params = stage_params("gpt_parity", dtypes=["float64"], variants=["fast"],
-                          hf_config=CONFIGS["odd"], seq_len=12, new_tokens=4)
+    params = stage_params(
+        "gpt_parity", dtypes=["float64"], variants=["fast"], hf_config=CONFIGS["odd"], seq_len=12, new_tokens=4
+    )
     run_stage(tmp_path, "gpt_parity", params, cell="odd")
     rec = json.loads((tmp_path / "results/gpt_parity/odd/metrics.json").read_text())
     assert rec["status"] == "ok" and rec["run_id"]

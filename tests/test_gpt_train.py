@@ -1,5 +1,6 @@
 """gpt_train: LR schedule, decay groups, exact resume from a checkpoint, the stage end to end
 on a tiny corpus (real MLflow), and the chat CLI on its checkpoint."""
+
 import json
 import subprocess
 import sys
@@ -36,10 +37,26 @@ def _run(tmp_path, name, stop_after=None, init_seed=0):
     cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.1)
     model = GPTLMHeadModel(cfg)
     tokens = np.random.default_rng(0).integers(0, 50, 2000)
-    p = {**stage_params("gpt_train"), "batch_size": 4, "grad_accum": 2, "max_steps": 8, "warmup_steps": 2,
-         "eval_interval": 4, "eval_batches": 2, "ckpt_interval": 1}
-    state = train(model, TokenWindows(tokens, 16, 1), TokenWindows(tokens[:500], 16, 2), p,
-                  torch.device("cpu"), tmp_path / f"{name}.pt", {"fingerprint": "x"}, stop_after=stop_after)
+    p = {
+        **stage_params("gpt_train"),
+        "batch_size": 4,
+        "grad_accum": 2,
+        "max_steps": 8,
+        "warmup_steps": 2,
+        "eval_interval": 4,
+        "eval_batches": 2,
+        "ckpt_interval": 1,
+    }
+    state = train(
+        model,
+        TokenWindows(tokens, 16, 1),
+        TokenWindows(tokens[:500], 16, 2),
+        p,
+        torch.device("cpu"),
+        tmp_path / f"{name}.pt",
+        {"fingerprint": "x"},
+        stop_after=stop_after,
+    )
     return model, state
 
 
@@ -76,9 +93,22 @@ def test_gpt_train_stage_and_chat(tmp_path, gpt_data_dir):
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
 
-    proc = subprocess.run([sys.executable, "-m", "steps.chat", "--checkpoint", str(out / "ckpt.pt"),
-                           "--prompt", "the king", "--max-new-tokens", "5"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "steps.chat",
+            "--checkpoint",
+            str(out / "ckpt.pt"),
+            "--prompt",
+            "the king",
+            "--max-new-tokens",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("the king"), proc.stderr[-2000:]
 
 
@@ -95,8 +125,9 @@ def test_bench_skips_dtypes_without_native_matmul(monkeypatch):
     from steps import hardware
     from steps.gpt_train import bench_dtypes
 
-    monkeypatch.setattr(hardware, "native_matmul",
-                        lambda dt, device: (dt == "float32", 1.3e9 if dt != "float32" else 170e9, 170e9))
+    monkeypatch.setattr(
+        hardware, "native_matmul", lambda dt, device: (dt == "float32", 1.3e9 if dt != "float32" else 170e9, 170e9)
+    )
     ctx = SimpleNamespace(params={"bench": {"enabled": True, "dtypes": ["float32", "bfloat16"]}}, info={})
     assert bench_dtypes(ctx, torch.device("cpu")) == ["float32"]
     assert "no native bfloat16 matmul" in ctx.info["bench_skipped"]["bfloat16"]

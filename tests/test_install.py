@@ -5,6 +5,7 @@ Fast checks read pyproject.toml, constraints.txt, README.md and .ci/run; one ask
 tree for Python 3.12 and 3.13 against the package index (a dry run: nothing is installed, and
 no multi-GB CUDA wheel is downloaded).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -60,8 +61,9 @@ def pinned_version(req: Requirement) -> str:
 
 
 # ---- pyproject ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("python,admitted", [("3.10.14", False), ("3.11.0", True), ("3.12.1", True),
-                                             ("3.13.9", True), ("3.14.0", False)])
+@pytest.mark.parametrize(
+    "python,admitted", [("3.10.14", False), ("3.11.0", True), ("3.12.1", True), ("3.13.9", True), ("3.14.0", False)]
+)
 def test_requires_python_admits_311_to_313(python, admitted):
     """3.11-3.13 are claimed (3.12/3.13 resolved by the slow tests below); 3.14 is not, untested."""
     spec = SpecifierSet(PYPROJECT["requires-python"])
@@ -112,22 +114,27 @@ def test_constraints_satisfy_every_dependency_range():
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is a dependency but constraints.txt does not pin it"
         version = pinned_version(pins[name])
-        assert req.specifier.contains(version, prereleases=True), \
+        assert req.specifier.contains(version, prereleases=True), (
             f"constraints.txt pins {name}=={version}, outside pyproject's {req}"
+        )
 
 
 # ---- README and CI use the constraints -----------------------------------------------------------
 def _pip_install_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines()
-            if re.search(r"\bpip install\b.*-e \.", line) and not line.lstrip().startswith("#")]
+    return [
+        line
+        for line in text.splitlines()
+        if re.search(r"\bpip install\b.*-e \.", line) and not line.lstrip().startswith("#")
+    ]
 
 
 def test_readme_install_and_ci_pass_the_constraints_file():
     readme = (ROOT / "README.md").read_text()
     setup = readme.split("## Set up", 1)[1].split("<!-- test-command -->", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", setup, flags=re.S)
-    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) == 1, \
+    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) == 1, (
         "README's set-up stays one install-and-run command before the test command"
+    )
     ci = (ROOT / ".ci" / "run").read_text()
     for where, text in (("README set-up", blocks[0]), (".ci/run", ci)):
         lines = _pip_install_lines(text)
@@ -160,8 +167,17 @@ def test_pip_install_e_keeps_the_installed_torch(tmp_path):
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("needs setuptools in this environment (the project's build backend, offline)")
     report = tmp_path / "report.json"
-    proc = _pip("install", "--dry-run", "--no-index", "--no-build-isolation", "--report", str(report),
-                "-e", str(ROOT), timeout=120)
+    proc = _pip(
+        "install",
+        "--dry-run",
+        "--no-index",
+        "--no-build-isolation",
+        "--report",
+        str(report),
+        "-e",
+        str(ROOT),
+        timeout=120,
+    )
     assert proc.returncode == 0, f"pip cannot satisfy pyproject from this environment:\n{proc.stderr[-3000:]}"
     would = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
     assert set(would) == {PYPROJECT["name"]}, f"pip would also install/replace: {would}"
@@ -169,7 +185,10 @@ def test_pip_install_e_keeps_the_installed_torch(tmp_path):
 
 # ---- resolves for Python 3.12 and 3.13 (slow: the package index) --------------------------------
 PLATFORMS = [f"manylinux_2_{g}_x86_64" for g in range(28, 16, -1)] + [
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
 # dependencies published as sdists only (pure Python): a resolve for a Python that is not running
 # takes wheels only (--only-binary=:all:), so these are built into wheels first. If a new one
 # appears, pip's error lists it under "no matching distributions available for your environment".
@@ -189,11 +208,16 @@ def _interpreter(version: str) -> str | None:
     for the selected version, so each candidate is asked for its version)."""
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
     candidates = [shutil.which(f"python{version}")] + sorted(
-        str(p) for p in root.glob(f"versions/{version}.*/bin/python{version}"))
+        str(p) for p in root.glob(f"versions/{version}.*/bin/python{version}")
+    )
     for exe in filter(None, candidates):
         try:
-            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                 capture_output=True, text=True, timeout=30).stdout.strip()
+            out = subprocess.run(
+                [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             continue
         if out == version:
@@ -216,8 +240,17 @@ def resolves(tmp_path_factory):
     except OSError as exc:
         pytest.skip(f"the package index is unreachable here ({exc}); CI reaches it")
     tmp = tmp_path_factory.mktemp("resolve")
-    common = ["install", "--dry-run", "--ignore-installed", "--use-feature=fast-deps", "--timeout", "30",
-              "--retries", "2", "--quiet"]
+    common = [
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--use-feature=fast-deps",
+        "--timeout",
+        "30",
+        "--retries",
+        "2",
+        "--quiet",
+    ]
     procs, wheels = {}, None
     for version in ("3.12", "3.13"):
         report = tmp / f"report-{version}.json"
@@ -232,11 +265,28 @@ def resolves(tmp_path_factory):
                 assert built.returncode == 0, built.stderr[-3000:]
             how = f"--python-version {version} (no such interpreter here; markers as on this Python)"
             platforms = [a for p in PLATFORMS for a in ("--platform", p)]
-            cmd = [sys.executable, "-m", "pip", *common, "--only-binary=:all:", "--python-version", version,
-                   "--implementation", "cp", *platforms, "--find-links", str(wheels),
-                   "--report", str(report), str(ROOT)]
-        procs[version] = (how, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT, text=True), report)
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                *common,
+                "--only-binary=:all:",
+                "--python-version",
+                version,
+                "--implementation",
+                "cp",
+                *platforms,
+                "--find-links",
+                str(wheels),
+                "--report",
+                str(report),
+                str(ROOT),
+            ]
+        procs[version] = (
+            how,
+            subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+            report,
+        )
     out = {}
     for version, (how, proc, report) in procs.items():
         try:
@@ -262,8 +312,17 @@ def test_whole_dependency_tree_resolves_for_python(resolves, version):
     assert f"{version}.0" in SpecifierSet(project["requires_python"])
     for req in dependencies(extras=False):
         # markers: the resolve's own environment, its platform for the cross resolve
-        marker_env = {**env, "python_version": version, "platform_machine": "x86_64", "sys_platform": "linux",
-                      "platform_system": "Linux"} if "real Python" not in how else env
+        marker_env = (
+            {
+                **env,
+                "python_version": version,
+                "platform_machine": "x86_64",
+                "sys_platform": "linux",
+                "platform_system": "Linux",
+            }
+            if "real Python" not in how
+            else env
+        )
         if req.marker and not req.marker.evaluate(marker_env):
             continue
         name = canonicalize_name(req.name)
@@ -271,5 +330,7 @@ def test_whole_dependency_tree_resolves_for_python(resolves, version):
         assert req.specifier.contains(got[name]["version"], prereleases=True), (name, got[name]["version"])
     for name in ("torch", "jax", "jaxlib"):
         assert name in got, f"Python {version}: {name} not resolved"
-    print(f"Python {version} via {how}: torch {got['torch']['version']}, jax {got['jax']['version']}, "
-          f"triton {got.get('triton', {}).get('version')}, {len(got)} packages")
+    print(
+        f"Python {version} via {how}: torch {got['torch']['version']}, jax {got['jax']['version']}, "
+        f"triton {got.get('triton', {}).get('version')}, {len(got)} packages"
+    )

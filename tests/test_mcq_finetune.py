@@ -1,5 +1,6 @@
 """mcq_finetune: Kaggle MAP@3, the collator, offline model errors, and the stage end to end on a
 tiny random-init DeBERTa-v2 against the real MLflow SQLite store (exactly one run per job)."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,18 @@ from tests.conftest import run_stage
 LETTERS = list("ABCDE")
 
 
-@pytest.mark.parametrize("predicted, answer, expected", [
-    ("A B C", "A", 1.0),
-    ("B A C", "A", 1 / 2),
-    ("B C A", "A", 1 / 3),
-    ("B C D", "A", 0.0),
-    ("B B A", "A", 1 / 3),   # a repeated wrong label still occupies its rank
-    ("A A B", "A", 1.0),     # a repeated correct label counts once
-    ("C D E A B", "A", 0.0),  # only the first three predictions are scored
-])
+@pytest.mark.parametrize(
+    "predicted, answer, expected",
+    [
+        ("A B C", "A", 1.0),
+        ("B A C", "A", 1 / 2),
+        ("B C A", "A", 1 / 3),
+        ("B C D", "A", 0.0),
+        ("B B A", "A", 1 / 3),  # a repeated wrong label still occupies its rank
+        ("A A B", "A", 1.0),  # a repeated correct label counts once
+        ("C D E A B", "A", 0.0),  # only the first three predictions are scored
+    ],
+)
 def test_ap_at_3_hand_computed(predicted, answer, expected):
     assert average_precision_at_3(predicted.split(), answer) == pytest.approx(expected)
 
@@ -50,16 +54,19 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     from steps.mcq.model import minilm_dir
+
     return AutoTokenizer.from_pretrained(minilm_dir())
 
 
 def test_preprocess_and_collator_shapes_and_option_survives_truncation(tokenizer):
     from steps.mcq.features import MultipleChoiceCollator, preprocess
 
-    batch = {"prompt": ["Short?", "A much longer question about the elements?", "Q3?"],
-             "context": ["word " * 200, "tiny context", ""],
-             **{k: [f"option {k.lower()} one", f"opt {k}", f"{k} is a longer option text"] for k in LETTERS},
-             "answer": ["A", "C", "E"]}
+    batch = {
+        "prompt": ["Short?", "A much longer question about the elements?", "Q3?"],
+        "context": ["word " * 200, "tiny context", ""],
+        **{k: [f"option {k.lower()} one", f"opt {k}", f"{k} is a longer option text"] for k in LETTERS},
+        "answer": ["A", "C", "E"],
+    }
     enc = preprocess(batch, tokenizer, use_context=True, max_length=32)
     assert enc["label"] == [0, 2, 4] and all(len(x) == 5 for x in enc["input_ids"])
     assert max(len(s) for s in enc["input_ids"][0]) == 32, "long context is truncated to max_length"
@@ -83,13 +90,18 @@ def test_mean_pooling_ignores_padding_and_dropout_override():
     import torch
 
     from steps.mcq.model import load
+
     torch.manual_seed(0)
     tok, model, described = load("minilm", pooling="mean", dropout=0.0)
     assert "mean pooling" in described and model.config.hidden_dropout_prob == 0.0
     model.eval()
     enc = tok(["iron [SEP] what is fe?"] * 5, [f"option {k}" for k in LETTERS], return_tensors="pt")
-    padded = tok.pad({k: v.tolist() for k, v in enc.items()}, padding="max_length",
-                     max_length=enc["input_ids"].shape[1] + 7, return_tensors="pt")
+    padded = tok.pad(
+        {k: v.tolist() for k, v in enc.items()},
+        padding="max_length",
+        max_length=enc["input_ids"].shape[1] + 7,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         a = model(**{k: v[None] for k, v in enc.items()}).logits
         b = model(**{k: v[None] for k, v in padded.items()}).logits
@@ -103,6 +115,7 @@ def test_tiny_deberta_forward_gives_one_logit_per_option(tokenizer):
 
     from steps.mcq.features import MultipleChoiceCollator, preprocess
     from steps.mcq.model import load
+
     torch.set_num_threads(1)
     tok, model, _ = load("tiny-deberta")
     batch = {"prompt": ["Q?", "R?"], **{k: [k, k * 2] for k in LETTERS}, "answer": ["B", "D"]}
@@ -115,6 +128,7 @@ def test_tiny_deberta_forward_gives_one_logit_per_option(tokenizer):
 @pytest.mark.parametrize("backbone", ["no-such-org/no-such-model", "/nonexistent/model/folder"])
 def test_unloadable_backbone_is_one_clear_error(backbone):
     from steps.mcq.model import load
+
     with pytest.raises(InputError) as exc:
         load(backbone)
     msg = str(exc.value)
@@ -124,14 +138,25 @@ def test_unloadable_backbone_is_one_clear_error(backbone):
 def smoke_params(**over) -> dict:
     props = stage_schema("mcq_finetune")["properties"]
     p = {k: v["default"] for k, v in props.items() if k not in ("cells", "select")}
-    p.update(backbone="tiny-deberta", max_train=24, max_eval=16, max_steps=4, batch_size=4,
-             eval_batch_size=16, max_length=96, logging_steps=1, bootstrap=100, epochs=1,
-             peak_matmul_size=256)
+    p.update(
+        backbone="tiny-deberta",
+        max_train=24,
+        max_eval=16,
+        max_steps=4,
+        batch_size=4,
+        eval_batch_size=16,
+        max_length=96,
+        logging_steps=1,
+        bootstrap=100,
+        epochs=1,
+        peak_matmul_size=256,
+    )
     return {**p, **over}
 
 
 def test_smoke_cell_end_to_end_one_mlflow_run_and_submission(tmp_path):
     import mlflow
+
     prep = {k: v["default"] for k, v in stage_schema("prepare_mcq")["properties"].items()}
     run_stage(tmp_path, "prepare_mcq", prep)
     run_stage(tmp_path, "mcq_finetune", smoke_params(), cell="finetuned_context")
@@ -167,12 +192,24 @@ def test_smoke_cell_end_to_end_one_mlflow_run_and_submission(tmp_path):
 def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
     kaggle = tmp_path / "kaggle"
     kaggle.mkdir()
-    rows = [{"id": 100 + i, "prompt": f"Which number is {i}?", **{k: f"{i + j}" for j, k in enumerate(LETTERS)},
-             "answer": "A"} for i in range(30)]
+    rows = [
+        {
+            "id": 100 + i,
+            "prompt": f"Which number is {i}?",
+            **{k: f"{i + j}" for j, k in enumerate(LETTERS)},
+            "answer": "A",
+        }
+        for i in range(30)
+    ]
     pd.DataFrame(rows).to_csv(kaggle / "train.csv", index=False)
     pd.DataFrame(rows[:7]).drop(columns="answer").to_csv(kaggle / "test.csv", index=False)
-    run_stage(tmp_path, "mcq_finetune", smoke_params(data=str(kaggle), train=False, use_context=False),
-              cell="zero_shot_no_context", common={"tracking": {"uri": None}})
+    run_stage(
+        tmp_path,
+        "mcq_finetune",
+        smoke_params(data=str(kaggle), train=False, use_context=False),
+        cell="zero_shot_no_context",
+        common={"tracking": {"uri": None}},
+    )
     out = tmp_path / "results/mcq_finetune/zero_shot_no_context"
     rec = json.loads((out / "metrics.json").read_text())
     assert rec["info"]["test_map3_ci"].startswith("predictions only") and "test_map3" not in rec["metrics"]
@@ -182,8 +219,13 @@ def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
     # with answers in test.csv a zero-shot cell scores test and skips the (redundant) validation pass
     pd.DataFrame(rows[:7]).to_csv(kaggle / "test.csv", index=False)
     (tmp_path / "scored").mkdir()
-    run_stage(tmp_path / "scored", "mcq_finetune", smoke_params(data=str(kaggle), train=False, use_context=False),
-              cell="zero_shot_no_context", common={"tracking": {"uri": None}})
+    run_stage(
+        tmp_path / "scored",
+        "mcq_finetune",
+        smoke_params(data=str(kaggle), train=False, use_context=False),
+        cell="zero_shot_no_context",
+        common={"tracking": {"uri": None}},
+    )
     rec = json.loads((tmp_path / "scored/results/mcq_finetune/zero_shot_no_context/metrics.json").read_text())
     assert "test_map3" in rec["metrics"] and "validation_map3" not in rec["metrics"]
 
@@ -191,6 +233,7 @@ def test_kaggle_folder_without_test_answers_gives_predictions_only(tmp_path):
 class _GpuClock:
     """A host clock and a GPU queue: launching work costs the host little, synchronize() waits
     until the queued work has run (the clock moves on by it)."""
+
     def __init__(self):
         self.t, self.queued, self.syncs = 0.0, 0.0, 0
 
@@ -211,6 +254,7 @@ def test_throughput_waits_for_the_gpu_at_both_ends_of_a_step(monkeypatch):
     import torch
 
     from steps.mcq import train
+
     gpu = _GpuClock()
     monkeypatch.setattr(train, "time", types.SimpleNamespace(perf_counter=gpu))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -218,11 +262,11 @@ def test_throughput_waits_for_the_gpu_at_both_ends_of_a_step(monkeypatch):
     model = types.SimpleNamespace(device=torch.device("cuda", 0))  # an HF model on the GPU
     meter = train.Throughput()
     for _ in range(2):
-        gpu.launch(0.0, 0.3)                    # an evaluation's tail still running on the GPU
+        gpu.launch(0.0, 0.3)  # an evaluation's tail still running on the GPU
         meter.on_step_begin(None, None, None, model=model)
-        gpu.launch(0.01, 0.5)                   # the step: 10 ms to launch, 500 ms of kernels
+        gpu.launch(0.01, 0.5)  # the step: 10 ms to launch, 500 ms of kernels
         meter.on_step_end(None, None, None, model=model)
-    assert meter.step_time == pytest.approx(2 * 0.51)   # unsynchronised: 2 x 0.01 (or 0.31)
+    assert meter.step_time == pytest.approx(2 * 0.51)  # unsynchronised: 2 x 0.01 (or 0.31)
     assert gpu.syncs == 4
 
 
@@ -235,6 +279,7 @@ def test_throughput_does_not_synchronise_a_cpu_model(monkeypatch):
 
     def no_sync(device=None):
         raise AssertionError("synchronize() for a model on the CPU")
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, a CPU cell
     monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
     gpu = _GpuClock()
@@ -249,6 +294,7 @@ def test_throughput_does_not_synchronise_a_cpu_model(monkeypatch):
 @pytest.mark.parametrize("precision, dtype", [("fp32", "float32"), ("fp16", "float16"), ("bf16", "bfloat16")])
 def test_mfu_peak_is_the_matmul_peak_of_the_training_dtype(precision, dtype):
     from steps.mcq.train import peak_dtype
+
     assert peak_dtype(precision) == dtype
     with pytest.raises(ValueError, match="precision 'auto'"):
         peak_dtype("auto")  # resolved by training_args before the peak is measured

@@ -1,6 +1,7 @@
 """steps/parallel's shape: the engine registry covers the config schema, JAX imports go one way
 (models -> engine -> entry point, lessons apart) and no module is loaded twice, the launching job
 stays torch- and jax-free, one concern a file."""
+
 import ast
 import json
 import subprocess
@@ -48,8 +49,13 @@ def test_every_schema_pair_maps_to_an_engine_or_a_clear_error(backend, strategy)
 def test_the_gaps_are_the_known_ones():
     """Strategies a backend does not run: the error, before any process starts."""
     gaps = {(b, s) for b in SCHEMA_BACKENDS for s in SCHEMA_STRATEGIES if (b, s) not in engines.ENGINES}
-    assert gaps == {("torch_scratch", "single"), ("torch_scratch", "fsdp_tp"), ("torch_native", "single"),
-                    ("jax_jit", "pp"), ("jax_shard_map", "pp")}
+    assert gaps == {
+        ("torch_scratch", "single"),
+        ("torch_scratch", "fsdp_tp"),
+        ("torch_native", "single"),
+        ("jax_jit", "pp"),
+        ("jax_shard_map", "pp"),
+    }
     with pytest.raises(PlanError, match="use backend torch_native or jax_jit or jax_shard_map"):
         engines.entry("torch_scratch", "fsdp_tp")
     with pytest.raises(PlanError, match="use backend torch_scratch or torch_native"):
@@ -58,6 +64,7 @@ def test_the_gaps_are_the_known_ones():
 
 def test_scratch_builders_match_the_registry():
     from steps.parallel.scratch.engine import BUILDERS
+
     assert set(BUILDERS) == {s for b, s in engines.ENGINES if b == "torch_scratch"}
 
 
@@ -95,11 +102,14 @@ def test_the_launching_side_imports_neither_torch_nor_jax():
     """The stage job, the plan, the registry and the launcher run in the Snakemake job (and the
     plan/registry in the JAX process): jax only after launch.jax_env set its platform, torch only
     where a cell needs it."""
-    code = ("import sys; import steps.sharding, steps.parallel.engines, steps.parallel.parity, "
-            "steps.parallel.analytic, steps.parallel.mlp_init; "
-            "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=clean_env(), cwd=ROOT)
+    code = (
+        "import sys; import steps.sharding, steps.parallel.engines, steps.parallel.parity, "
+        "steps.parallel.analytic, steps.parallel.mlp_init; "
+        "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env(), cwd=ROOT
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -121,12 +131,24 @@ def test_the_jax_entry_point_is_loaded_once(tmp_path):
     """`python -m steps.parallel.jax` runs a cell and no module imports the entry point back, nor
     any module under a second name (the old jax_mlp.py ran as __main__ and was imported again as
     steps.parallel.jax_mlp by jax_gpt.py and jax_lessons.py)."""
-    plan = {"backend": "jax_jit", "strategy": "dp", "mesh": {"dp": 2}, "steps": 1, "batch_size": 4,
-            "mlp": {"dim": 4, "hidden": 8, "layers": 2}}
-    env = {**clean_env(), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-           "PLAN": json.dumps(plan), "OUT": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", RUN_ENTRY], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=180)
+    plan = {
+        "backend": "jax_jit",
+        "strategy": "dp",
+        "mesh": {"dp": 2},
+        "steps": 1,
+        "batch_size": 4,
+        "mlp": {"dim": 4, "hidden": 8, "layers": 2},
+    }
+    env = {
+        **clean_env(),
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "PLAN": json.dumps(plan),
+        "OUT": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_ENTRY], capture_output=True, text=True, env=env, cwd=ROOT, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "steps.parallel.jax.engine" in seen["modules"] and "steps.parallel.jax.__main__" not in seen["modules"]

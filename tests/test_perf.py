@@ -1,5 +1,6 @@
 """perf stage: matrix expansion, skip reasons, the analytic memory model against summed tensor
 bytes, fused kernels against the unfused ops, and a smoke matrix end to end (real MLflow)."""
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,29 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
     cfg = load_config(DEFAULT)
     names = cells(cfg, "perf")
     assert names[0] == "baseline" and len(names) == len(set(names)) >= 15
-    assert {"compile", "amp_bf16", "amp_fp16", "tf32", "batch4", "batch16", "attn_manual",
-            "adamw_default", "adamw_foreach", "checkpoint", "grad_accum4", "accelerate",
-            "fused_softmax", "fused_layernorm", "fused_triton"} <= set(names)
+    assert {
+        "compile",
+        "amp_bf16",
+        "amp_fp16",
+        "tf32",
+        "batch4",
+        "batch16",
+        "attn_manual",
+        "adamw_default",
+        "adamw_foreach",
+        "checkpoint",
+        "grad_accum4",
+        "accelerate",
+        "fused_softmax",
+        "fused_layernorm",
+        "fused_triton",
+    } <= set(names)
     base = cell_config(cfg, "perf", "baseline")["params"]
     b32 = cell_config(cfg, "perf", "batch16")["params"]
     assert b32["batch_size"] == 16 and base["batch_size"] == 8
-    assert {k: v for k, v in b32.items() if k not in ("batch_size", "desc")} == \
-           {k: v for k, v in base.items() if k not in ("batch_size", "desc")}
+    assert {k: v for k, v in b32.items() if k not in ("batch_size", "desc")} == {
+        k: v for k, v in base.items() if k not in ("batch_size", "desc")
+    }
     assert "cells" not in b32 and "select" not in b32
     smoke = load_config(DEFAULT, SMOKE)
     assert cells(smoke, "perf") == ["baseline", "amp_bf16", "tf32"]
@@ -68,9 +84,17 @@ def test_bad_cell_values_are_rejected_with_the_key():
 
 
 # ---- skipped cells ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("over", [{"tf32": True}, {"amp": "fp16"}, {"fused_backend": "triton"},
-                                  {"model": {**TOY, "fp8": True}}, {"compile": True, "compile_mode": "reduce-overhead"},
-                                  {"compile": True, "compile_mode": "max-autotune"}])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"tf32": True},
+        {"amp": "fp16"},
+        {"fused_backend": "triton"},
+        {"model": {**TOY, "fp8": True}},
+        {"compile": True, "compile_mode": "reduce-overhead"},
+        {"compile": True, "compile_mode": "max-autotune"},
+    ],
+)
 def test_cuda_only_cells_skip_with_reason_on_cpu(over):
     from steps.perf.step import check_device
     from steps.tracking import SkipCell
@@ -153,9 +177,17 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     assert abs(measured["state"] / analytic["state"] - 1) < 0.10
 
 
-@pytest.mark.parametrize("attn,amp,ckpt,fused_ce", [("sdpa", "none", False, False), ("manual", "none", False, False),
-                                                    ("sdpa", "bf16", False, False), ("sdpa", "none", True, False),
-                                                    ("sdpa", "none", False, True), ("sdpa", "bf16", False, True)])
+@pytest.mark.parametrize(
+    "attn,amp,ckpt,fused_ce",
+    [
+        ("sdpa", "none", False, False),
+        ("manual", "none", False, False),
+        ("sdpa", "bf16", False, False),
+        ("sdpa", "none", True, False),
+        ("sdpa", "none", False, True),
+        ("sdpa", "bf16", False, True),
+    ],
+)
 def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt, fused_ce):
     from steps.perf.memory import SavedTensorMeter, analytic_memory
     from steps.perf.step import build_step
@@ -246,8 +278,13 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     db = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", db)  # restored afterwards (mlflow exports it)
     # skip_slow_amp off: the bf16 path is exercised even on a CPU without native bf16 (toy size)
-    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "skip_slow_amp": False,
-                                                          "warmup_steps": 3, "peak_matmul_size": 128}})
+    cfg = load_config(
+        DEFAULT,
+        SMOKE,
+        overrides={
+            "perf": {"model": TOY, "timed_steps": 2, "skip_slow_amp": False, "warmup_steps": 3, "peak_matmul_size": 128}
+        },
+    )
     recs = run_cells(tmp_path, cfg, ("baseline", "amp_bf16", "tf32"), db)
     base, bf16, tf32 = recs["baseline"]["metrics"], recs["amp_bf16"]["metrics"], recs["tf32"]
     assert tf32["status"] == "skipped" and "needs CUDA" in tf32["reason"]
@@ -279,28 +316,37 @@ def test_report_bar_chart_marks_skipped_cells(tmp_path, monkeypatch):
     from steps.perf import STAGE
 
     assert {"Desc", "Change", "tokens/s", "× baseline", "MFU", "peak memory (MiB)", "drift"} <= set(STAGE.columns)
-    table = pd.DataFrame({"cell": ["baseline", "amp_bf16", "tf32"], "status": ["ok", "ok", "skipped"],
-                          "device": ["cpu", "cpu", None], "tokens/s": [100.0, 250.0, None],
-                          "× baseline": [1.0, 2.5, None]})
+    table = pd.DataFrame(
+        {
+            "cell": ["baseline", "amp_bf16", "tf32"],
+            "status": ["ok", "ok", "skipped"],
+            "device": ["cpu", "cpu", None],
+            "tokens/s": [100.0, 250.0, None],
+            "× baseline": [1.0, 2.5, None],
+        }
+    )
     paths = STAGE.figures(table, tmp_path, {c: tmp_path / "results/perf" / c for c in table["cell"]})
     assert [p.name for p in paths] == ["perf_tokens_per_s.png"] and paths[0].stat().st_size > 0
 
 
 # ---- MFU denominators: measured GEMM peak and the published table ---------------------------------------
-@pytest.mark.parametrize("name,dtype,tf32,table,tflops", [
-    ("NVIDIA H100 80GB HBM3", "bfloat16", False, "H100 SXM", 989.4),
-    ("NVIDIA H100 80GB HBM3", "float32", True, "H100 SXM", 494.7),
-    ("NVIDIA H100 80GB HBM3", "float32", False, "H100 SXM", 67.0),
-    ("NVIDIA H100 PCIe", "bfloat16", False, "H100 PCIe", 756.0),
-    ("NVIDIA H200", "float16", False, "H200 SXM", 989.4),
-    ("NVIDIA A100-SXM4-80GB", "bfloat16", False, "A100", 312.0),
-    ("NVIDIA A100 80GB PCIe", "float32", True, "A100", 156.0),
-    ("NVIDIA L4", "float16", False, "L4", 121.0),
-    ("Tesla T4", "float16", False, "T4", 65.0),
-    ("Tesla T4", "float32", True, "T4", 8.1),          # no TF32 on Turing: plain FP32
-    ("Tesla V100-SXM2-16GB", "float16", False, "V100 SXM2", 125.0),
-    ("Tesla V100-PCIE-32GB", "float16", False, "V100 PCIe", 112.0),
-])
+@pytest.mark.parametrize(
+    "name,dtype,tf32,table,tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", "bfloat16", False, "H100 SXM", 989.4),
+        ("NVIDIA H100 80GB HBM3", "float32", True, "H100 SXM", 494.7),
+        ("NVIDIA H100 80GB HBM3", "float32", False, "H100 SXM", 67.0),
+        ("NVIDIA H100 PCIe", "bfloat16", False, "H100 PCIe", 756.0),
+        ("NVIDIA H200", "float16", False, "H200 SXM", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "bfloat16", False, "A100", 312.0),
+        ("NVIDIA A100 80GB PCIe", "float32", True, "A100", 156.0),
+        ("NVIDIA L4", "float16", False, "L4", 121.0),
+        ("Tesla T4", "float16", False, "T4", 65.0),
+        ("Tesla T4", "float32", True, "T4", 8.1),  # no TF32 on Turing: plain FP32
+        ("Tesla V100-SXM2-16GB", "float16", False, "V100 SXM2", 125.0),
+        ("Tesla V100-PCIE-32GB", "float16", False, "V100 PCIe", 112.0),
+    ],
+)
 def test_published_peak_table(name, dtype, tf32, table, tflops):
     from steps.hardware import published_peak_flops
 
@@ -356,20 +402,38 @@ def test_cpu_peak_and_peak_flops_on_cpu():
 
 
 # ---- the ladder: single changes and a cumulative ladder, expanded from config ----------------------------
-LADDER = {"base": {"attn": "manual", "adamw": "default"},
-          "shapes": {"a": {"batch_size": 4}, "b": {"batch_size": 2, "model": {"block_size": 8}}},
-          "steps": [{"name": "bf16", "change": {"amp": "bf16"}},
-                    {"name": "compile", "change": {"compile": True}},
-                    {"name": "vocab", "change": {"model": {"pad_vocab_multiple": 128}}},
-                    {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False}]}
+LADDER = {
+    "base": {"attn": "manual", "adamw": "default"},
+    "shapes": {"a": {"batch_size": 4}, "b": {"batch_size": 2, "model": {"block_size": 8}}},
+    "steps": [
+        {"name": "bf16", "change": {"amp": "bf16"}},
+        {"name": "compile", "change": {"compile": True}},
+        {"name": "vocab", "change": {"model": {"pad_vocab_multiple": 128}}},
+        {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False},
+    ],
+}
 
 
 def test_ladder_expands_single_and_cumulative_cells():
     cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "cells": {"baseline": {}}, "ladder": LADDER}})
     names = [c for c in cells(cfg, "perf") if c[:2] in ("a_", "b_")]
-    assert cells(cfg, "perf")[-len(names):] == names  # after the hand-written cells
-    assert names == ["a_baseline", "a_bf16", "a_compile", "a_ladder_compile", "a_vocab", "a_ladder_vocab", "a_ladder_ce",
-                     "b_baseline", "b_bf16", "b_compile", "b_ladder_compile", "b_vocab", "b_ladder_vocab", "b_ladder_ce"]
+    assert cells(cfg, "perf")[-len(names) :] == names  # after the hand-written cells
+    assert names == [
+        "a_baseline",
+        "a_bf16",
+        "a_compile",
+        "a_ladder_compile",
+        "a_vocab",
+        "a_ladder_vocab",
+        "a_ladder_ce",
+        "b_baseline",
+        "b_bf16",
+        "b_compile",
+        "b_ladder_compile",
+        "b_vocab",
+        "b_ladder_vocab",
+        "b_ladder_ce",
+    ]
     p = {c: cell_config(cfg, "perf", c)["params"] for c in names}
     assert "ladder" not in p["a_bf16"]  # the matrix description is no part of a job's config
     base = p["b_baseline"]
@@ -379,8 +443,12 @@ def test_ladder_expands_single_and_cumulative_cells():
     single, ladder = p["b_compile"], p["b_ladder_compile"]
     assert single["compile"] and single["amp"] == "none" and ladder["compile"] and ladder["amp"] == "bf16"
     last = p["b_ladder_ce"]
-    assert (last["amp"], last["compile"], last["model"]["pad_vocab_multiple"], last["model"]["fused_ce"]) == \
-        ("bf16", True, 128, True)
+    assert (last["amp"], last["compile"], last["model"]["pad_vocab_multiple"], last["model"]["fused_ce"]) == (
+        "bf16",
+        True,
+        128,
+        True,
+    )
     assert last["model"]["block_size"] == 8 and last["attn"] == "manual"
     assert p["a_vocab"]["amp"] == "none" and p["a_vocab"]["model"]["pad_vocab_multiple"] == 128
     assert describe_change(p["a_ladder_compile"], p["a_baseline"]) == "amp=bf16, compile=True"
@@ -398,10 +466,21 @@ def test_gpu_config_holds_the_gpt2_ladder():
     assert steps[:6] == ["tf32", "bf16", "compile", "flash", "vocab128", "fused_adamw"]
     assert {"cuda_graphs", "fused_ce", "fp8", "checkpoint", "accum"} <= set(steps[6:])
     t1024 = cell_config(cfg, "perf", "t1024_ladder_fused_adamw")["params"]
-    assert t1024["model"] == {**t1024["model"], "vocab_size": 50257, "block_size": 1024, "n_layer": 12,
-                              "n_embd": 768, "pad_vocab_multiple": 128}
-    assert (t1024["tf32"], t1024["amp"], t1024["compile"], t1024["attn"], t1024["adamw"]) == \
-        (True, "bf16", True, "sdpa", "fused")
+    assert t1024["model"] == {
+        **t1024["model"],
+        "vocab_size": 50257,
+        "block_size": 1024,
+        "n_layer": 12,
+        "n_embd": 768,
+        "pad_vocab_multiple": 128,
+    }
+    assert (t1024["tf32"], t1024["amp"], t1024["compile"], t1024["attn"], t1024["adamw"]) == (
+        True,
+        "bf16",
+        True,
+        "sdpa",
+        "fused",
+    )
     t128 = cell_config(cfg, "perf", "t128_baseline")["params"]
     assert (t128["batch_size"], t128["model"]["block_size"], t128["amp"], t128["attn"]) == (36, 128, "none", "manual")
     assert cfg["perf"]["timed_steps"] >= 20
@@ -421,18 +500,35 @@ def test_ladder_cells_run_end_to_end_on_cpu(tmp_path, monkeypatch):
     and the cumulative chunked-CE cell trains the same trajectory as its predecessor."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    ladder = {"base": {"attn": "manual"}, "shapes": {"s": {"batch_size": 4}},
-              "steps": [{"name": "flash", "change": {"attn": "sdpa"}},
-                        {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False}]}
-    cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {"model": TOY, "timed_steps": 2, "warmup_steps": 3,
-                                                          "peak_matmul_size": 128, "ladder": ladder,
-                                                          "timeline_cell": "none"}})
+    ladder = {
+        "base": {"attn": "manual"},
+        "shapes": {"s": {"batch_size": 4}},
+        "steps": [
+            {"name": "flash", "change": {"attn": "sdpa"}},
+            {"name": "ce", "change": {"model": {"fused_ce": True}}, "single": False},
+        ],
+    }
+    cfg = load_config(
+        DEFAULT,
+        SMOKE,
+        overrides={
+            "perf": {
+                "model": TOY,
+                "timed_steps": 2,
+                "warmup_steps": 3,
+                "peak_matmul_size": 128,
+                "ladder": ladder,
+                "timeline_cell": "none",
+            }
+        },
+    )
     recs = run_cells(tmp_path, cfg, ("s_baseline", "s_flash", "s_ladder_ce"))
     assert all(r["status"] == "ok" for r in recs.values()), recs
     flash, ce = recs["s_flash"], recs["s_ladder_ce"]
     assert flash["info"]["change"] == "attn=sdpa"
     assert ce["info"]["change"] == "attn=sdpa, model.fused_ce=True"
-    assert flash["metrics"]["speedup"] == pytest.approx(flash["metrics"]["tokens_per_s"]
-                                                        / recs["s_baseline"]["metrics"]["tokens_per_s"])
+    assert flash["metrics"]["speedup"] == pytest.approx(
+        flash["metrics"]["tokens_per_s"] / recs["s_baseline"]["metrics"]["tokens_per_s"]
+    )
     # the chunked loss is the same loss: same trajectory as the flash cell, to fp32 rounding
     assert ce["metrics"]["loss"] == pytest.approx(flash["metrics"]["loss"], abs=1e-4)

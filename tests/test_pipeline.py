@@ -1,4 +1,5 @@
 """The real smoke DAG end to end: outputs, the MLflow database, reruns and restarts."""
+
 from __future__ import annotations
 
 import json
@@ -66,21 +67,36 @@ def test_forcerun_one_stage_plans_only_it_and_dependents(smoke_dag):
 def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(tmp_path),
-           "--cores", "2", "--configfile", str(SMOKE), "--until", "train_tokenizer"]
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "--directory",
+        str(tmp_path),
+        "--cores",
+        "2",
+        "--configfile",
+        str(SMOKE),
+        "--until",
+        "train_tokenizer",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     log = tmp_path / "results/logs/prepare_corpus/main.log"
     deadline = time.time() + 120
     while time.time() < deadline and not log.exists():
         time.sleep(0.2)
-    time.sleep(1.0)                                   # mid-job
+    time.sleep(1.0)  # mid-job
     import os
+
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)
     else:
         job = subprocess.run(["pgrep", "-f", "steps.prepare_corpus"], capture_output=True, text=True)
-        for pid in job.stdout.split():   # only this test's job: its working dir is tmp_path
+        for pid in job.stdout.split():  # only this test's job: its working dir is tmp_path
             if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
                 os.kill(int(pid), signal.SIGKILL)
     proc.wait(timeout=120)

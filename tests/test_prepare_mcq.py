@@ -1,4 +1,5 @@
 """prepare_mcq: builtin element questions, CSV validation, hub mappers, determinism, MLflow stats."""
+
 from __future__ import annotations
 
 import json
@@ -72,10 +73,15 @@ def test_answer_rank_among_options_carries_no_information(builtin):
     learned 'pick the median'). Every rank of the visible numbers (atomic number, year, period and
     group) and of the option elements' atomic numbers (name options) is now equally common."""
     from steps.mcq.elements import load_elements
+
     z = {e["name"]: e["atomic_number"] for e in load_elements()}
     numbers = lambda o: tuple(int(n) for n in re.findall(r"\d+", o))  # noqa: E731
-    keys = {"atomic_number": numbers, "discovery_year": numbers, "group_block": numbers,
-            **{t: z.__getitem__ for t in ("symbol_reverse", "description", "sources", "name_origin_reverse")}}
+    keys = {
+        "atomic_number": numbers,
+        "discovery_year": numbers,
+        "group_block": numbers,
+        **{t: z.__getitem__ for t in ("symbol_reverse", "description", "sources", "name_origin_reverse")},
+    }
     df = pd.concat(builtin.values())
     for template, key in keys.items():
         ranks = pd.Series(answer_ranks(df[df["template"] == template], key))
@@ -100,23 +106,25 @@ def test_same_seed_identical_files_other_seed_differs(tmp_path):
     assert rec["status"] == "ok" and rec["metrics"]["questions"] >= 1000
     # the stats really are in the job's MLflow run (real SQLite store)
     import mlflow
+
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'a/results/mlflow.db'}")
     run = client.get_run(rec["run_id"])
     assert run.data.metrics["n_train"] == rec["metrics"]["n_train"]
     assert run.data.metrics["train_answer_A"] > 0 and "template_symbol" in run.data.metrics
 
 
-GOOD = ("id,prompt,A,B,C,D,E,answer\n"
-        "1,Q one?,a,b,c,d,e,A\n"
-        "2,Q two?,a,b,c,d,e,C\n")
+GOOD = "id,prompt,A,B,C,D,E,answer\n1,Q one?,a,b,c,d,e,A\n2,Q two?,a,b,c,d,e,C\n"
 
 
-@pytest.mark.parametrize("text, row, column", [
-    (GOOD.replace(",D,E,answer", ",E,answer").replace("d,e", "e"), 0, "D"),          # missing column
-    (GOOD.replace("e,C\n", "e,F\n"), 2, "answer"),                                   # answer not in A-E
-    (GOOD.replace("Q two?,a,b,c,d", "Q two?,a,b,,d"), 2, "C"),                       # empty option
-    (GOOD.replace("2,Q two?", "1,Q two?"), 2, "id"),                                 # duplicate id
-])
+@pytest.mark.parametrize(
+    "text, row, column",
+    [
+        (GOOD.replace(",D,E,answer", ",E,answer").replace("d,e", "e"), 0, "D"),  # missing column
+        (GOOD.replace("e,C\n", "e,F\n"), 2, "answer"),  # answer not in A-E
+        (GOOD.replace("Q two?,a,b,c,d", "Q two?,a,b,,d"), 2, "C"),  # empty option
+        (GOOD.replace("2,Q two?", "1,Q two?"), 2, "id"),  # duplicate id
+    ],
+)
 def test_malformed_csv_names_file_row_and_column(tmp_path, text, row, column):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -128,6 +136,7 @@ def test_malformed_csv_names_file_row_and_column(tmp_path, text, row, column):
 
 def test_stage_stops_on_malformed_csv_with_one_error_and_failed_run(tmp_path):
     import mlflow
+
     path = tmp_path / "bad.csv"
     path.write_text(GOOD.replace("e,C\n", "e,F\n"))
     proc = run_stage(tmp_path, "prepare_mcq", defaults(source=str(path)), check=False)
@@ -139,8 +148,10 @@ def test_stage_stops_on_malformed_csv_with_one_error_and_failed_run(tmp_path):
 
 
 def test_kaggle_csv_and_folder_sources(tmp_path):
-    rows = [{"id": i, "prompt": f"Question {i}?", **{k: f"{k}{i}" for k in LETTERS},
-             "answer": LETTERS[i % 5]} for i in range(40)]
+    rows = [
+        {"id": i, "prompt": f"Question {i}?", **{k: f"{k}{i}" for k in LETTERS}, "answer": LETTERS[i % 5]}
+        for i in range(40)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "one.csv", index=False)
     one = build(defaults(source=str(tmp_path / "one.csv")), seed=1)
     assert sum(map(len, one.values())) == 40 and len(one["test"]) == 6
@@ -166,12 +177,27 @@ def vary(row: dict, i: int) -> dict:
 
 
 def test_hub_rows_map_to_five_options():
-    sciq = {"question": "What gas do plants take in?", "distractor1": "oxygen", "distractor2": "helium",
-            "distractor3": "neon", "correct_answer": "carbon dioxide", "support": "Plants use CO2."}
-    obqa = {"id": "7", "question_stem": "The sun is a", "choices": {"text": ["star", "planet", "moon", "comet"],
-            "label": ["A", "B", "C", "D"]}, "answerKey": "A", "fact1": "the sun is a star"}
-    arc = {"id": "x", "question": "Which is a metal?", "choices": {"text": ["wood", "iron", "glass"],
-           "label": ["1", "2", "3"]}, "answerKey": "2"}
+    sciq = {
+        "question": "What gas do plants take in?",
+        "distractor1": "oxygen",
+        "distractor2": "helium",
+        "distractor3": "neon",
+        "correct_answer": "carbon dioxide",
+        "support": "Plants use CO2.",
+    }
+    obqa = {
+        "id": "7",
+        "question_stem": "The sun is a",
+        "choices": {"text": ["star", "planet", "moon", "comet"], "label": ["A", "B", "C", "D"]},
+        "answerKey": "A",
+        "fact1": "the sun is a star",
+    }
+    arc = {
+        "id": "x",
+        "question": "Which is a metal?",
+        "choices": {"text": ["wood", "iron", "glass"], "label": ["1", "2", "3"]},
+        "answerKey": "2",
+    }
     assert map_sciq(sciq)["answer_text"] == "carbon dioxide" and map_sciq(sciq)["context"] == "Plants use CO2."
     assert map_openbookqa(obqa)["answer_text"] == "star" and len(map_openbookqa(obqa)["distractors"]) == 3
     assert map_arc(arc)["answer_text"] == "iron" and map_arc(arc)["distractors"] == ["wood", "glass"]

@@ -1,4 +1,5 @@
 """The report and the MLflow UI on a real smoke DAG; profiles plan the DAG offline."""
+
 from __future__ import annotations
 
 import json
@@ -6,20 +7,19 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, clean_env, mlflow_runs, smoke_cells, snakemake
+from tests.conftest import ROOT, clean_env, smoke_cells, snakemake
 
 pytestmark = pytest.mark.slow
 
 
 def test_report_numbers_equal_mlflow_metrics(smoke_dag):
     from steps.stage import load
-    runs = mlflow_runs(smoke_dag)
     from steps.tracking import store
+
     client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
     checked = 0
     for stage in smoke_cells():
@@ -48,17 +48,24 @@ def test_narrowed_matrix_narrows_tables(smoke_dag, tmp_path):
 
 
 def _get(url: str, body: dict | None = None) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body else None,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode() if body else None, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
 
 def test_ui_server_serves_every_run_with_tags(smoke_dag):
     from steps.ui import free_port
+
     port = free_port()
-    proc = subprocess.Popen([*map(str, [__import__("sys").executable, "-m", "steps.ui", "--port", port])],
-                            cwd=smoke_dag, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*map(str, [__import__("sys").executable, "-m", "steps.ui", "--port", port])],
+        cwd=smoke_dag,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 90

@@ -1,4 +1,5 @@
 """Scale-out tracking: a real PostgreSQL + `mlflow server`, a real stage job logging over HTTP."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,13 @@ from steps.ui import free_port
 from tests.conftest import clean_env, run_stage
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None,
-                                 reason="PostgreSQL server binaries not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None,
+        reason="PostgreSQL server binaries not installed",
+    ),
+]
 
 
 def _wait(check, what: str, timeout: float = 90):
@@ -48,12 +53,15 @@ def postgres():
     data = Path(tempfile.mkdtemp(prefix="lab-pg-"))
     shutil.chown(data, "postgres")
     as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_pg, PG_BIN / "initdb", "-D", data / "db", "-A", "trust", "-U", "lab"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*as_pg, PG_BIN / "initdb", "-D", data / "db", "-A", "trust", "-U", "lab"], check=True, capture_output=True
+    )
     port = free_port()
-    server = subprocess.Popen([*as_pg, PG_BIN / "postgres", "-D", data / "db", "-p", str(port),
-                               "-h", "127.0.0.1", "-k", data], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [*as_pg, PG_BIN / "postgres", "-D", data / "db", "-p", str(port), "-h", "127.0.0.1", "-k", data],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     psql = ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "lab", "-d", "postgres"]
     try:
         _wait(lambda: _ok([*psql, "-c", "select 1"]), "postgres")
@@ -67,15 +75,38 @@ def postgres():
 
 def test_stage_logs_to_mlflow_server_backed_by_postgres(postgres, tmp_path):
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", postgres,
-                               "--artifacts-destination", str(tmp_path / "artifacts"),
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            postgres,
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _up(f"{uri}/health"), "mlflow server", timeout=120)
-        params = {"source": "builtin:shakespeare", "unit": "scene", "text_column": "text",
-                  "val_fraction": 0.2, "max_documents": 10, "min_chars": 1}
+        params = {
+            "source": "builtin:shakespeare",
+            "unit": "scene",
+            "text_column": "text",
+            "val_fraction": 0.2,
+            "max_documents": 10,
+            "min_chars": 1,
+        }
         run_stage(tmp_path, "prepare_corpus", params, common={"tracking": {"uri": uri}})
         rec = json.loads((tmp_path / "results/prepare_corpus/main/metrics.json").read_text())
         assert rec["tracking_uri"] == uri and not (tmp_path / "results/mlflow.db").exists()

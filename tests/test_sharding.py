@@ -1,5 +1,6 @@
 """Sharding: every strategy as real processes (torchrun / N JAX host devices) against one device,
 the analytic cost model on a toy MLP, and fail-fast launching (a killed or hung rank)."""
+
 import json
 import os
 import subprocess
@@ -15,9 +16,13 @@ from steps.parallel.plan import Plan, PlanError
 from steps.parallel.scratch.pp import schedule_order
 from steps.sharding import summarize
 
-TINY = {"mlp": {"dim": 8, "hidden": 16, "layers": 2}, "batch_size": 8, "steps": 2,
-        "gpt": {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
-        "launch": {"timeout_s": 90}}
+TINY = {
+    "mlp": {"dim": 8, "hidden": 16, "layers": 2},
+    "batch_size": 8,
+    "steps": 2,
+    "gpt": {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
+    "launch": {"timeout_s": 90},
+}
 
 
 def plan(**kw) -> Plan:
@@ -31,21 +36,29 @@ def toy(**kw):
 
 def test_analytic_formulas_on_toy_mlp():
     assert A.mlp_psi(toy()) == 152
-    assert A.mlp_comm(toy(strategy="dp", mesh={"dp": 2})) == 2 * (1 / 2) * 152 * 4        # 2Ψ(N-1)/N·b
-    assert A.mlp_comm(toy(strategy="fsdp", mesh={"fsdp": 2})) == 3 * (1 / 2) * 152 * 4    # 3Ψ(N-1)/N·b
+    assert A.mlp_comm(toy(strategy="dp", mesh={"dp": 2})) == 2 * (1 / 2) * 152 * 4  # 2Ψ(N-1)/N·b
+    assert A.mlp_comm(toy(strategy="fsdp", mesh={"fsdp": 2})) == 3 * (1 / 2) * 152 * 4  # 3Ψ(N-1)/N·b
     assert A.mlp_comm(toy(strategy="tp", mesh={"tp": 2})) == 3 * 2 * (1 / 2) * 8 * 4 * 4  # (2L-1) AR of B·d
-    assert A.mlp_comm(toy(strategy="pp", mesh={"pp": 2})) == 2 * 8 * 4 * 4 / 2          # acts + grads
+    assert A.mlp_comm(toy(strategy="pp", mesh={"pp": 2})) == 2 * 8 * 4 * 4 / 2  # acts + grads
     assert A.mlp_local_params(toy(strategy="tp", mesh={"tp": 2})) == 2 * ((64 + 8) / 2 + 4)  # b2 replicated
     assert A.mlp_local_params(toy(strategy="fsdp", mesh={"fsdp": 2})) == 76
     p = toy(strategy="dp_tp", mesh={"dp": 2, "tp": 2})  # TP on B/2 rows + DP over the TP shard
     assert A.mlp_comm(p) == 3 * 2 * (1 / 2) * 4 * 4 * 4 + 2 * (1 / 2) * 80 * 4
-    assert toy(strategy="dp", mesh={"dp": 2}).state_tensors * 152 * 4 == 2432                # Adam: 4Ψ·b
+    assert toy(strategy="dp", mesh={"dp": 2}).state_tensors * 152 * 4 == 2432  # Adam: 4Ψ·b
     assert toy(strategy="pp", mesh={"pp": 2}, microbatches=4).pipeline_bubble() == pytest.approx(1 / 5)
 
 
 def test_one_f_one_b_order_holds_fewer_microbatches():
-    assert schedule_order("1f1b", 0, 2, 4) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1),
-                                               ("F", 3), ("B", 2), ("B", 3)]
+    assert schedule_order("1f1b", 0, 2, 4) == [
+        ("F", 0),
+        ("F", 1),
+        ("B", 0),
+        ("F", 2),
+        ("B", 1),
+        ("F", 3),
+        ("B", 2),
+        ("B", 3),
+    ]
     assert schedule_order("1f1b", 1, 2, 4)[:2] == [("F", 0), ("B", 0)]
     assert schedule_order("gpipe", 0, 2, 3) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
 
@@ -78,9 +91,15 @@ CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,strategy,mesh,extra", CASES,
-                         ids=[f"{c[0]}-{c[1]}-{'x'.join(map(str, c[2].values()))}-{c[3].get('model', 'mlp')}{'-' + c[3].get('dtype', '') if c[3].get('dtype') else ''}"
-                              for c in CASES])
+@pytest.mark.parametrize(
+    "backend,strategy,mesh,extra",
+    CASES,
+    ids=[
+        "-".join([c[0], c[1], "x".join(map(str, c[2].values())), c[3].get("model", "mlp")])
+        + (f"-{c[3]['dtype']}" if c[3].get("dtype") else "")
+        for c in CASES
+    ],
+)
 def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra):
     p = plan(backend=backend, strategy=strategy, mesh=mesh, **extra)
     m = summarize(p, launch(p, tmp_path))
@@ -100,8 +119,13 @@ def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_a_dead_or_hung_rank_fails_fast(tmp_path, mode):
     timeout = 20
-    p = plan(strategy="dp", mesh={"dp": 2}, steps=3, fault={"kill_rank": 1, "at_step": 1, "mode": mode},
-             launch={"timeout_s": timeout})
+    p = plan(
+        strategy="dp",
+        mesh={"dp": 2},
+        steps=3,
+        fault={"kill_rank": 1, "at_step": 1, "mode": mode},
+        launch={"timeout_s": timeout},
+    )
     t0 = time.time()
     with pytest.raises(LaunchError, match="exit code|timed out"):
         launch(p, tmp_path)
@@ -121,17 +145,26 @@ def test_a_dead_or_hung_rank_fails_fast(tmp_path, mode):
 @pytest.mark.slow
 def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
     """The real stage module: torchrun underneath, one MLflow run (sqlite in tmp) for the cell."""
-    cfg = {"stage": "sharding", "cell": "t", "common": {"seed": 1, "device": "cpu", "threads": 1,
-           "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}},
-           "params": {**TINY, "backend": "torch_scratch", "strategy": "tp", "mesh": {"tp": 2}}}
+    cfg = {
+        "stage": "sharding",
+        "cell": "t",
+        "common": {"seed": 1, "device": "cpu", "threads": 1, "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}},
+        "params": {**TINY, "backend": "torch_scratch", "strategy": "tp", "mesh": {"tp": 2}},
+    }
     out = tmp_path / "results/sharding/t"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    subprocess.run([sys.executable, "-m", "steps.sharding", "--out", str(out), "--cfg", json.dumps(cfg)],
-                   check=True, cwd=tmp_path, timeout=180, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "steps.sharding", "--out", str(out), "--cfg", json.dumps(cfg)],
+        check=True,
+        cwd=tmp_path,
+        timeout=180,
+        env=env,
+    )
     rec = json.loads((out / "metrics.json").read_text())
     assert rec["status"] == "ok" and rec["metrics"]["parity_ok"] == 1.0
     assert rec["info"]["notes"].endswith("2 ranks on 1 reserved core(s): tokens/s not timing-grade")
     import mlflow
+
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("n00bgpt/sharding")
     runs = client.search_runs([exp.experiment_id])
@@ -141,46 +174,49 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
 
 def test_jax_branching_lesson_counts_compilations():
     from steps.parallel.jax.lessons import branching
+
     r = branching()
-    assert r["python_if_under_jit_fails"] == 1          # bool() of a tracer
-    assert r["static_branch_compiles"] == 2             # one compile per static value (True, False)
+    assert r["python_if_under_jit_fails"] == 1  # bool() of a tracer
+    assert r["static_branch_compiles"] == 2  # one compile per static value (True, False)
     assert r["lax_cond_compiles"] == 1 and r["cond_matches_python"] == 1.0
 
 
 # ---- where a cell runs: GPUs counted before anything starts (no GPU needed: counts are patched) ---
 def test_torch_cell_needs_one_gpu_per_local_rank():
     from steps.parallel.launch import NotEnoughGPUs, torch_backend
+
     dp2 = plan(strategy="dp", mesh={"dp": 2})
     assert torch_backend(dp2, "cpu", 0) == "gloo"
-    assert torch_backend(dp2, "cpu", 8) == "gloo"                 # device cpu stays on the CPU
+    assert torch_backend(dp2, "cpu", 8) == "gloo"  # device cpu stays on the CPU
     assert torch_backend(dp2, "cuda", 2) == "nccl"
     assert torch_backend(dp2, "auto", 2) == "nccl"
-    assert torch_backend(dp2, "auto", 1) == "gloo"                # auto: too few GPUs -> CPU
+    assert torch_backend(dp2, "auto", 1) == "gloo"  # auto: too few GPUs -> CPU
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 1 "):
-        torch_backend(dp2, "cuda", 1)                             # the one-GPU workstation
+        torch_backend(dp2, "cuda", 1)  # the one-GPU workstation
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 2 GPUs, found 0 "):
         torch_backend(dp2, "cuda", 0)
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
         torch_backend(plan(strategy="dp_tp", mesh={"dp": 2, "tp": 2}), "cuda", 2)
     nccl = plan(strategy="dp", mesh={"dp": 2}, launch={"dist_backend": "nccl"})
     with pytest.raises(NotEnoughGPUs, match="needs 2 GPUs, found 1 .*dist_backend gloo and device auto"):
-        torch_backend(nccl, "auto", 1)                            # NCCL is GPU-only whatever device says
+        torch_backend(nccl, "auto", 1)  # NCCL is GPU-only whatever device says
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 1 GPU, found 0 "):
         torch_backend(plan(strategy="single", mesh={}), "cuda", 0)
     two_nodes = plan(strategy="dp", mesh={"dp": 4}, launch={"nnodes": 2, "rdzv_endpoint": "h:1"})
-    assert torch_backend(two_nodes, "cuda", 2) == "nccl"          # 2 local ranks per node
+    assert torch_backend(two_nodes, "cuda", 2) == "nccl"  # 2 local ranks per node
 
 
 def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
     from steps.parallel.launch import NotEnoughGPUs, jax_env
+
     p = plan(backend="jax_jit", strategy="dp_tp", mesh={"dp": 2, "tp": 2})
     host = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     assert jax_env(p, "cpu", 8, True) == host
     gpu = jax_env(p, "cuda", 4, True)
     assert gpu["JAX_PLATFORMS"] == "cuda" and "XLA_FLAGS" not in gpu
     assert jax_env(p, "auto", 8, True)["JAX_PLATFORMS"] == "cuda"
-    assert jax_env(p, "auto", 2, True) == host                    # auto: falls back to host devices
-    assert jax_env(p, "auto", 4, False) == host                   # no CUDA plugin in this jax
+    assert jax_env(p, "auto", 2, True) == host  # auto: falls back to host devices
+    assert jax_env(p, "auto", 4, False) == host  # no CUDA plugin in this jax
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 2 "):
         jax_env(p, "cuda", 2, True)
     with pytest.raises(NotEnoughGPUs, match=r"^skipped: needs 4 GPUs, found 0 .*torch sees 4.*no CUDA plugin"):
@@ -192,8 +228,16 @@ def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
 
 def _stage_ctx(tmp_path, device: str, **params):
     from steps.tracking import StageRun
-    return StageRun("sharding", "t", {**TINY, **params}, {"seed": 1, "device": device, "threads": 1},
-                    tmp_path, None, log_to_mlflow=False)
+
+    return StageRun(
+        "sharding",
+        "t",
+        {**TINY, **params},
+        {"seed": 1, "device": device, "threads": 1},
+        tmp_path,
+        None,
+        log_to_mlflow=False,
+    )
 
 
 class _Launched(Exception):
@@ -205,6 +249,7 @@ def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
     import torch
 
     from steps.parallel import launch as L
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
     monkeypatch.setattr(L, "jax_has_cuda", lambda: jax_cuda, raising=False)
@@ -213,18 +258,21 @@ def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
     def fake_launch(p, out, env=None):
         calls.append((p, env))
         raise _Launched
+
     monkeypatch.setattr(L, "launch", fake_launch)
     return calls
 
 
-@pytest.mark.parametrize("backend,strategy,mesh", [("torch_scratch", "dp", {"dp": 2}),
-                                                   ("torch_native", "pp", {"pp": 2}),
-                                                   ("jax_shard_map", "tp", {"tp": 2})])
+@pytest.mark.parametrize(
+    "backend,strategy,mesh",
+    [("torch_scratch", "dp", {"dp": 2}), ("torch_native", "pp", {"pp": 2}), ("jax_shard_map", "tp", {"tp": 2})],
+)
 def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, backend, strategy, mesh):
     """The workstation profile: device cuda, one GPU. A 2-device cell is skipped with the count,
     before any process starts (NCCL would crash on two ranks per GPU, JAX on a too-small mesh)."""
     from steps.sharding import run
     from steps.tracking import SkipCell
+
     calls = _patch_gpus(monkeypatch, 1)
     with pytest.raises(SkipCell, match=r"^skipped: needs 2 GPUs, found 1 "):
         run(_stage_ctx(tmp_path, "cuda", backend=backend, strategy=strategy, mesh=mesh, model="gpt"))
@@ -233,6 +281,7 @@ def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, bac
 
 def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
     from steps.sharding import run
+
     calls = _patch_gpus(monkeypatch, 2)
     with pytest.raises(_Launched):
         run(_stage_ctx(tmp_path, "cuda", backend="torch_scratch", strategy="dp", mesh={"dp": 2}))
@@ -252,8 +301,11 @@ def test_stage_rejects_a_strategy_its_backend_has_no_engine_for(tmp_path, monkey
     """The engine registry answers before any process starts (it used to be a crash in every rank)."""
     from steps.sharding import run
     from steps.tracking import InputError
+
     calls = _patch_gpus(monkeypatch, 0)
-    with pytest.raises(InputError, match=r"torch_scratch has no engine for strategy 'fsdp_tp'.*use backend torch_native"):
+    with pytest.raises(
+        InputError, match=r"torch_scratch has no engine for strategy 'fsdp_tp'.*use backend torch_native"
+    ):
         run(_stage_ctx(tmp_path, "cpu", backend="torch_scratch", strategy="fsdp_tp", mesh={"fsdp": 2, "tp": 2}))
     with pytest.raises(PlanError, match="jax_jit has no engine for strategy 'pp'"):
         launch(plan(backend="jax_jit", strategy="pp", mesh={"pp": 2}), tmp_path)
@@ -265,8 +317,14 @@ def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
     """Through the stage module (subprocess): device cuda on a machine without CUDA says
     "needs 2 GPUs, found 0", not only "no CUDA", and the cell is recorded as skipped."""
     from tests.conftest import run_stage
-    run_stage(tmp_path, "sharding", {**TINY, "backend": "torch_scratch", "strategy": "dp", "mesh": {"dp": 2}},
-              cell="dp2", common={"device": "cuda", "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}})
+
+    run_stage(
+        tmp_path,
+        "sharding",
+        {**TINY, "backend": "torch_scratch", "strategy": "dp", "mesh": {"dp": 2}},
+        cell="dp2",
+        common={"device": "cuda", "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db"}},
+    )
     rec = json.loads((tmp_path / "results/sharding/dp2/metrics.json").read_text())
     assert rec["status"] == "skipped" and rec["reason"].startswith("skipped: needs 2 GPUs, found 0 ")
 
@@ -275,6 +333,7 @@ def test_stage_without_cuda_records_how_many_gpus_the_cell_needs(tmp_path):
 @pytest.fixture
 def gloo_world_of_one(tmp_path):
     import torch.distributed as dist
+
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
@@ -284,11 +343,13 @@ def _record_gathers(monkeypatch) -> list:
     """all_gather_object in a world of one, recording the device of every tensor it is handed
     (a pickled tensor is rebuilt on that device in every receiving rank)."""
     import torch.distributed as dist
+
     sent = []
 
     def record(parts, obj, group=None):
         sent.append({k: v.device.type for k, v in obj.items()})
         parts[0] = obj
+
     monkeypatch.setattr(dist, "all_gather_object", record)
     return sent
 
@@ -301,14 +362,16 @@ def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch)
     from steps.parallel.mlp_init import init_mlp
     from steps.parallel.native.engine import PipelineEngine
     from steps.parallel.scratch.pp import PipelineMLP
+
     sent = _record_gathers(monkeypatch)
     with FakeTensorMode(allow_non_fake_inputs=True):
         full = {k: torch.empty(v.shape, device="cuda") for k, v in init_mlp(dim=4, hidden=8, layers=2, seed=0).items()}
         scratch = PipelineMLP(full).full_state("param")
         native = PipelineEngine.__new__(PipelineEngine)  # only what full_state reads
         native.plan, native.world = plan(backend="torch_native", strategy="pp", mesh={"pp": 2}), 1
-        native.ref_model = torch.nn.ParameterDict({"weight": torch.empty(3, 4, device="cuda"),
-                                                   "bias": torch.empty(3, device="cuda")})
+        native.ref_model = torch.nn.ParameterDict(
+            {"weight": torch.empty(3, 4, device="cuda"), "bias": torch.empty(3, device="cuda")}
+        )
         native.stage_names = ["weight", "bias"]
         gathered = native.full_state("param")
     assert sent == [{k: "cpu" for k in full}, {"weight": "cpu", "bias": "cpu"}]
@@ -322,6 +385,7 @@ def test_parity_compares_a_cpu_state_with_a_gpu_reference():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from steps.parallel.parity import abs_diff
+
     with FakeTensorMode(allow_non_fake_inputs=True):
         d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
     assert d.device.type == "cpu" and d.dtype == torch.float64 and d.shape == (3, 2)
@@ -337,6 +401,7 @@ def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeyp
     import torch
 
     from steps.parallel import worker
+
     clock = types.SimpleNamespace(t=0.0, syncs=0)
 
     def synchronize(device=None):
@@ -344,6 +409,7 @@ def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeyp
             raise AssertionError("synchronize() on a CPU rank")
         clock.t += 0.25
         clock.syncs += 1
+
     monkeypatch.setattr(worker, "time", types.SimpleNamespace(perf_counter=lambda: clock.t))
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     if on_gpu:  # what main() sets under NCCL (the tensors stay on the CPU here)

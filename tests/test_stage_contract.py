@@ -1,5 +1,6 @@
 """The stage contract (steps/stage.py): one Stage object per stage module, read by its rule, its
 `main` and the report; and Snakemake as the single source of the paths every job gets."""
+
 from __future__ import annotations
 
 import json
@@ -56,10 +57,13 @@ def test_planning_imports_stay_light():
     """What the Snakefile imports to plan a DAG (config, hub; config loads steps.perf.ladder, hence
     the steps.perf package) must not load torch, transformers or mlflow: each costs seconds on
     every snakemake call. Stage modules themselves import their libraries at the top."""
-    code = ("import sys, steps.config, steps.hub, steps.perf.ladder; "
-            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'mlflow', 'jax') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
-                         cwd=ROOT, check=True).stdout.strip()
+    code = (
+        "import sys, steps.config, steps.hub, steps.perf.ladder; "
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'mlflow', 'jax') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=ROOT, check=True
+    ).stdout.strip()
     assert out == "[]", out
 
 
@@ -74,8 +78,7 @@ def test_report_columns_are_what_run_returns(smoke_dag, stage, cell):
     `metrics.X` a key of its metrics, `info.X` of its info, `params.X` a param of its MLflow run."""
     rec = json.loads((smoke_dag / stage_paths(stage, cell, {})[1]["metrics"]).read_text())
     if rec["status"] == "skipped":
-        pytest.skip(f"{stage}/{cell} is skipped on this machine ({rec['reason']}): its columns are "
-                    "not checked here")
+        pytest.skip(f"{stage}/{cell} is skipped on this machine ({rec['reason']}): its columns are not checked here")
     assert rec["status"] == "ok", rec
     params = None
     missing = []
@@ -84,6 +87,7 @@ def test_report_columns_are_what_run_returns(smoke_dag, stage, cell):
         if kind == "params":
             if params is None:
                 from steps.tracking import store
+
                 client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
                 params = client.get_run(rec["run_id"]).data.params
             found = key in params
@@ -101,7 +105,7 @@ def _dry_run_jobs(workdir) -> list[tuple[str, dict, dict, dict]]:
     for line in out.splitlines():
         if "python -m steps." not in line:
             continue
-        argv = shlex.split(line[line.index("python -m steps."):].split(" > ")[0])
+        argv = shlex.split(line[line.index("python -m steps.") :].split(" > ")[0])
         stage, pairs, cfg = argv[2].removeprefix("steps."), {"--input": {}, "--output": {}}, None
         for flag, value in zip(argv[3::2], argv[4::2]):
             if flag == "--cfg":
@@ -120,7 +124,8 @@ def test_jobs_get_their_paths_from_their_rules(tmp_path):
     jobs = _dry_run_jobs(tmp_path)
     smoke = smoke_cells()
     assert sorted((s, c["cell"]) for s, c, _, _ in jobs if s != "report") == sorted(
-        (s, c) for s, cs in smoke.items() for c in cs)
+        (s, c) for s, cs in smoke.items() for c in cs
+    )
     metrics = {}
     for stage, cfg, inputs, outputs in jobs:
         if stage == "report":

@@ -1,6 +1,7 @@
 """The one training step (steps/models/train_step.py) reproduces, bit for bit, the loss
 trajectories of the four loops it replaced: gpt_train's, the perf matrix's, the ours-vs-HF
 benchmark's and the sharding reference's. Each old loop is written out here as it was."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,10 @@ STEPS = 10
 
 def batches(accum: int = 1):
     g = torch.Generator().manual_seed(7)
-    return [[torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=g) for _ in range(accum)]
-            for _ in range(STEPS)]
+    return [
+        [torch.randint(0, CFG["vocab_size"], (4, CFG["block_size"]), generator=g) for _ in range(accum)]
+        for _ in range(STEPS)
+    ]
 
 
 def model(seed: int = 0, dtype=torch.float32):
@@ -54,9 +57,15 @@ def old_loop(m, data, opt, clip: float | None):
 def old_gpt_train_loop(m, data, lr, wd, clip):
     """steps/models/training.py train_step + make_optimizer before the merge."""
     params = list(m.parameters())
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95), fused=True)
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(0.9, 0.95),
+        fused=True,
+    )
     return old_loop(m, data, opt, clip)
 
 
@@ -75,8 +84,7 @@ def test_reproduces_gpt_train_loop_with_accumulation_and_clipping():
     data = batches(accum=2)
     ref, new = model(), model()
     old = old_gpt_train_loop(ref, data, lr=3e-3, wd=0.1, clip=0.5)
-    assert_same(old, run_new(new, StepOptions(lr=3e-3, weight_decay=0.1, grad_clip=0.5, grad_accum=2), data),
-                ref, new)
+    assert_same(old, run_new(new, StepOptions(lr=3e-3, weight_decay=0.1, grad_clip=0.5, grad_accum=2), data), ref, new)
     assert old[-1] < old[0]  # it trains: the comparison is not between two untouched models
 
 
@@ -104,8 +112,9 @@ def test_perf_cell_runs_the_gpt_train_step():
     old_perf = GPTLMHeadModel(ts.model.config)
     old_perf.load_state_dict(ref.state_dict())
     g = torch.Generator().manual_seed(1)
-    data = [micro_batches(torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]), generator=g), p)
-            for _ in range(4)]
+    data = [
+        micro_batches(torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]), generator=g), p) for _ in range(4)
+    ]
     new = [ts.step(b)[0] for b in data]
     old = old_gpt_train_loop(ref, data, p["lr"], p["weight_decay"], p["grad_clip"])
     assert_same(old, new, ref, ts.model)
@@ -125,12 +134,22 @@ def test_reproduces_sharding_reference_loop():
     """steps/parallel/native.py reference() before the merge (now reference.gpt_reference):
     zero_grad, forward, backward, record gradients, step; in float64 with the plan's optimizer."""
     from steps.parallel.gpt import full_model, gpt_batch
-    from steps.parallel.reference import gpt_reference
     from steps.parallel.plan import Plan
+    from steps.parallel.reference import gpt_reference
 
-    plan = Plan.from_params({"backend": "torch_native", "model": "gpt", "strategy": "dp", "mesh": {"dp": 2},
-                             "optimizer": "sgd", "steps": 4, "batch_size": 4, "dtype": "float64",
-                             "gpt": {"vocab_size": 32, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}})
+    plan = Plan.from_params(
+        {
+            "backend": "torch_native",
+            "model": "gpt",
+            "strategy": "dp",
+            "mesh": {"dp": 2},
+            "optimizer": "sgd",
+            "steps": 4,
+            "batch_size": 4,
+            "dtype": "float64",
+            "gpt": {"vocab_size": 32, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16},
+        }
+    )
     m = full_model(plan, torch.float64)
     opt = plan.optimizer_for(m.parameters())
     losses, grads = [], []
@@ -157,8 +176,12 @@ def test_decay_groups_and_clipping_norm():
     ts = TrainStep(m, torch.device("cpu"), StepOptions(grad_clip=1e-3))
     x = batches()[0][0]
     seen = {}
-    ts.step([x], probe=lambda label: seen.setdefault(label, [g.clone() for g in
-            (p.grad for p in m.parameters()) if g is not None]))
+    ts.step(
+        [x],
+        probe=lambda label: seen.setdefault(
+            label, [g.clone() for g in (p.grad for p in m.parameters()) if g is not None]
+        ),
+    )
     raw = math.sqrt(sum(float(g.pow(2).sum()) for g in seen["after backward"]))
     _, norm = TrainStep(model(), torch.device("cpu"), StepOptions(grad_clip=1e-3)).step([x])
     assert float(norm) == pytest.approx(raw, rel=1e-5) and raw > 1e-3  # the pre-clip norm, and clipping bit

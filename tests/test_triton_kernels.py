@@ -7,6 +7,7 @@
    show, that every dtype/accumulator variant the wrappers launch lowers for a real GPU;
 3. the real (non-interpreted) path stays off on CPU, so CPU perf cells keep skipping "needs CUDA".
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,18 @@ def test_kernels_match_torch_references_under_the_interpreter():
     """Runs tests/triton_interpreted_cases.py in a fresh process with TRITON_INTERPRET=1 (it must be
     set before triton is first imported; see that file) and requires every case to pass."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-rfEs",
-           "tests/triton_interpreted_cases.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-o",
+        "addopts=",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rfEs",
+        "tests/triton_interpreted_cases.py",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     summary = out.strip().splitlines()[-1] if out.strip() else ""
@@ -49,23 +60,66 @@ def _signatures(dt: str) -> list[tuple[str, dict, dict]]:
     p = f"*{dt}"
     out = []
     for has_mask in (True, False):
-        out.append(("_softmax_fwd_kernel",
-                    {"x_ptr": p, "y_ptr": p, "mask_ptr": "*i8" if has_mask else p, "n_cols": "i32",
-                     "t_q": "i32", "HAS_MASK": "constexpr", "ACC": "constexpr", "BLOCK": "constexpr"},
-                    {"HAS_MASK": has_mask, "ACC": acc, "BLOCK": 1024}))
-    out.append(("_softmax_bwd_kernel",
-                {"y_ptr": p, "dy_ptr": p, "dx_ptr": p, "n_cols": "i32", "ACC": "constexpr",
-                 "BLOCK": "constexpr"}, {"ACC": acc, "BLOCK": 1024}))
+        out.append(
+            (
+                "_softmax_fwd_kernel",
+                {
+                    "x_ptr": p,
+                    "y_ptr": p,
+                    "mask_ptr": "*i8" if has_mask else p,
+                    "n_cols": "i32",
+                    "t_q": "i32",
+                    "HAS_MASK": "constexpr",
+                    "ACC": "constexpr",
+                    "BLOCK": "constexpr",
+                },
+                {"HAS_MASK": has_mask, "ACC": acc, "BLOCK": 1024},
+            )
+        )
+    out.append(
+        (
+            "_softmax_bwd_kernel",
+            {"y_ptr": p, "dy_ptr": p, "dx_ptr": p, "n_cols": "i32", "ACC": "constexpr", "BLOCK": "constexpr"},
+            {"ACC": acc, "BLOCK": 1024},
+        )
+    )
     for has_bias in (True, False):
-        out.append(("_layernorm_fwd_kernel",
-                    {"x_ptr": p, "w_ptr": p, "b_ptr": p, "y_ptr": p, "mean_ptr": stat,
-                     "rstd_ptr": stat, "n_cols": "i32", "eps": "fp32", "HAS_BIAS": "constexpr",
-                     "ACC": "constexpr", "BLOCK": "constexpr"},
-                    {"HAS_BIAS": has_bias, "ACC": acc, "BLOCK": 1024}))
-    out.append(("_layernorm_bwd_dx_kernel",
-                {"dy_ptr": p, "x_ptr": p, "w_ptr": p, "mean_ptr": stat, "rstd_ptr": stat,
-                 "dx_ptr": p, "n_cols": "i32", "ACC": "constexpr", "BLOCK": "constexpr"},
-                {"ACC": acc, "BLOCK": 1024}))
+        out.append(
+            (
+                "_layernorm_fwd_kernel",
+                {
+                    "x_ptr": p,
+                    "w_ptr": p,
+                    "b_ptr": p,
+                    "y_ptr": p,
+                    "mean_ptr": stat,
+                    "rstd_ptr": stat,
+                    "n_cols": "i32",
+                    "eps": "fp32",
+                    "HAS_BIAS": "constexpr",
+                    "ACC": "constexpr",
+                    "BLOCK": "constexpr",
+                },
+                {"HAS_BIAS": has_bias, "ACC": acc, "BLOCK": 1024},
+            )
+        )
+    out.append(
+        (
+            "_layernorm_bwd_dx_kernel",
+            {
+                "dy_ptr": p,
+                "x_ptr": p,
+                "w_ptr": p,
+                "mean_ptr": stat,
+                "rstd_ptr": stat,
+                "dx_ptr": p,
+                "n_cols": "i32",
+                "ACC": "constexpr",
+                "BLOCK": "constexpr",
+            },
+            {"ACC": acc, "BLOCK": 1024},
+        )
+    )
     return out
 
 
@@ -86,8 +140,9 @@ def test_kernels_compile_to_cubin_for_nvidia_gpus(arch, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compile for real, not from a cache
     for dt in ("fp32", "bf16", "fp16", "fp64"):
         for kernel, signature, constexprs in _signatures(dt):
-            k = triton.compile(ASTSource(getattr(mod, kernel), signature, constexprs),
-                               target=GPUTarget("cuda", arch, 32))
+            k = triton.compile(
+                ASTSource(getattr(mod, kernel), signature, constexprs), target=GPUTarget("cuda", arch, 32)
+            )
             assert k.asm["cubin"], f"{kernel} {dt}: no cubin"
             assert f".target sm_{arch}" in k.asm["ptx"], f"{kernel} {dt}: not sm_{arch}"
 

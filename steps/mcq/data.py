@@ -4,6 +4,7 @@ Format: `id,prompt,A,B,C,D,E,answer` plus an optional `context` (and any extra c
 `template`, which are carried along). Every reader goes through `read_csv`, so a malformed file
 stops with ONE error naming the file, the row (1-based data row; the header is row 0) and the column.
 """
+
 from __future__ import annotations
 
 import random
@@ -78,7 +79,7 @@ def split_groups(df: pd.DataFrame, key: str, fractions: dict[str, float], seed: 
     if n - n_val - n_test < 1:
         raise InputError(f"only {n} distinct questions/groups: too few to split into train/validation/test")
     which = {g: "validation" for g in groups[:n_val]}
-    which.update({g: "test" for g in groups[n_val:n_val + n_test]})
+    which.update({g: "test" for g in groups[n_val : n_val + n_test]})
     label = df[key].map(lambda g: which.get(g, "train"))
     return {s: df[label == s].reset_index(drop=True) for s in SPLITS}
 
@@ -108,9 +109,15 @@ def assign_letters(splits: dict[str, pd.DataFrame], seed: int, prefix: str = "")
         rows = []
         for rec, letter in zip(df.to_dict("records"), letters):
             extra = {k: v for k, v in rec.items() if k not in ("prompt", "answer_text", "distractors")}
-            rows.append({"id": f"{prefix}{next_id}", "prompt": rec["prompt"],
-                         **place_answer(rec["answer_text"], rec["distractors"], letter, rng),
-                         "answer": letter, **extra})
+            rows.append(
+                {
+                    "id": f"{prefix}{next_id}",
+                    "prompt": rec["prompt"],
+                    **place_answer(rec["answer_text"], rec["distractors"], letter, rng),
+                    "answer": letter,
+                    **extra,
+                }
+            )
             next_id += 1
         out[name] = pd.DataFrame(rows, columns=["id", "prompt", *LETTERS, "answer", *extra])
     return out

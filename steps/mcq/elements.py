@@ -18,6 +18,7 @@ answer in the template's `order` (atomic number, or discovery year), and how man
 answer is balanced per template, so the answer's rank among the options (e.g. the middle of five
 nearby numbers) is uniform; the group/block question stays within one block (no odd format out).
 """
+
 from __future__ import annotations
 
 import random
@@ -32,9 +33,21 @@ import pandas as pd
 
 from steps.tracking import InputError
 
-
-COLUMNS = ("atomic_number", "symbol", "name", "description", "uses", "sources", "discoverers",
-           "discovery_year", "discovery_location", "name_origin", "group_id", "block", "period")
+COLUMNS = (
+    "atomic_number",
+    "symbol",
+    "name",
+    "description",
+    "uses",
+    "sources",
+    "discoverers",
+    "discovery_year",
+    "discovery_location",
+    "name_origin",
+    "group_id",
+    "block",
+    "period",
+)
 NAME_VARIANTS = {"Aluminum": ["Aluminium"], "Sulfur": ["Sulphur"], "Cesium": ["Caesium"]}
 
 
@@ -110,6 +123,7 @@ def discovery_fact(e: dict) -> str:
 class Template:
     """A question kind. `value(e)` is the fact the question is about ('' = not applicable);
     forward templates answer with that value, reverse ones with the element name."""
+
     name: str
     value: Callable[[dict], str]
     prompt: Callable[[dict], str]
@@ -120,8 +134,10 @@ class Template:
 
 
 def _same_initial(e, o):
-    return (o["symbol"][0] != e["name"][0] and o["symbol"][0] != e["symbol"][0],
-            abs(e["atomic_number"] - o["atomic_number"]))
+    return (
+        o["symbol"][0] != e["name"][0] and o["symbol"][0] != e["symbol"][0],
+        abs(e["atomic_number"] - o["atomic_number"]),
+    )
 
 
 def _same_block(e, o):
@@ -143,45 +159,105 @@ def grouped_position(e: dict) -> str:
 
 
 TEMPLATES = [
-    Template("symbol", lambda e: e["symbol"],
-             lambda e: f"What is the chemical symbol of {e['name']}?",
-             symbol_fact, closeness=_same_initial),
-    Template("atomic_number", lambda e: str(e["atomic_number"]),
-             lambda e: f"What is the atomic number of {e['name']}?",
-             lambda e: f"{e['name']} has atomic number {e['atomic_number']}."),
-    Template("group_block", grouped_position,
-             lambda e: f"Where is {e['name']} placed in the periodic table?",
-             lambda e: f"{e['name']} is in {position(e)} of the periodic table.", closeness=_same_block),
-    Template("discovery_year", lambda e: str(e["discovery_year"] or ""),
-             lambda e: f"In which year was {e['name']} discovered?", discovery_fact,
-             closeness=_year_gap, order=_year),
-    Template("discoverers", known_discoverers,
-             lambda e: f"Who discovered {e['name']}?", discovery_fact, closeness=_year_gap, order=_year),
-    Template("discovery_location", lambda e: e["discovery_location"] or "",
-             lambda e: f"In which country was {e['name']} discovered?", discovery_fact),
-    Template("name_origin", lambda e: snippet(e["name_origin"], 160),
-             lambda e: f"Where does the name of {e['name']} come from?",
-             origin_fact),
-    Template("description", lambda e: snippet(e["description"]),
-             lambda e: f"Which element is this? {mask(snippet(e['description']), e)}",
-             lambda e: f"{e['name']}: {snippet(e['description'])}", reverse=True, closeness=_same_block),
-    Template("uses", lambda e: snippet(e["uses"]),
-             lambda e: f"Which element has these uses? {mask(snippet(e['uses']), e)}",
-             lambda e: f"Uses of {e['name']}: {snippet(e['uses'])}", reverse=True, closeness=_same_block),
-    Template("sources", lambda e: snippet(e["sources"]),
-             lambda e: f"Which element is obtained like this? {mask(snippet(e['sources']), e)}",
-             lambda e: f"Sources of {e['name']}: {snippet(e['sources'])}", reverse=True, closeness=_same_block),
-    Template("symbol_reverse", lambda e: e["symbol"],
-             lambda e: f"Which element has the chemical symbol {e['symbol']}?",
-             symbol_fact, reverse=True, closeness=_same_block),
-    Template("name_origin_reverse", lambda e: snippet(e["name_origin"], 160),
-             lambda e: f"Which element's name comes from this? {mask(snippet(e['name_origin'], 160), e)}",
-             origin_fact,
-             reverse=True, closeness=_same_block),
-    Template("discovery_reverse", lambda e: discovery_fact(e).split(" was discovered", 1)[1]
-             if known_discoverers(e) and e["discovery_year"] else "",
-             lambda e: f"Which element was discovered{discovery_fact(e).split(' was discovered', 1)[1]}".rstrip(".") + "?",
-             discovery_fact, reverse=True, closeness=_year_gap, order=_year),
+    Template(
+        "symbol",
+        lambda e: e["symbol"],
+        lambda e: f"What is the chemical symbol of {e['name']}?",
+        symbol_fact,
+        closeness=_same_initial,
+    ),
+    Template(
+        "atomic_number",
+        lambda e: str(e["atomic_number"]),
+        lambda e: f"What is the atomic number of {e['name']}?",
+        lambda e: f"{e['name']} has atomic number {e['atomic_number']}.",
+    ),
+    Template(
+        "group_block",
+        grouped_position,
+        lambda e: f"Where is {e['name']} placed in the periodic table?",
+        lambda e: f"{e['name']} is in {position(e)} of the periodic table.",
+        closeness=_same_block,
+    ),
+    Template(
+        "discovery_year",
+        lambda e: str(e["discovery_year"] or ""),
+        lambda e: f"In which year was {e['name']} discovered?",
+        discovery_fact,
+        closeness=_year_gap,
+        order=_year,
+    ),
+    Template(
+        "discoverers",
+        known_discoverers,
+        lambda e: f"Who discovered {e['name']}?",
+        discovery_fact,
+        closeness=_year_gap,
+        order=_year,
+    ),
+    Template(
+        "discovery_location",
+        lambda e: e["discovery_location"] or "",
+        lambda e: f"In which country was {e['name']} discovered?",
+        discovery_fact,
+    ),
+    Template(
+        "name_origin",
+        lambda e: snippet(e["name_origin"], 160),
+        lambda e: f"Where does the name of {e['name']} come from?",
+        origin_fact,
+    ),
+    Template(
+        "description",
+        lambda e: snippet(e["description"]),
+        lambda e: f"Which element is this? {mask(snippet(e['description']), e)}",
+        lambda e: f"{e['name']}: {snippet(e['description'])}",
+        reverse=True,
+        closeness=_same_block,
+    ),
+    Template(
+        "uses",
+        lambda e: snippet(e["uses"]),
+        lambda e: f"Which element has these uses? {mask(snippet(e['uses']), e)}",
+        lambda e: f"Uses of {e['name']}: {snippet(e['uses'])}",
+        reverse=True,
+        closeness=_same_block,
+    ),
+    Template(
+        "sources",
+        lambda e: snippet(e["sources"]),
+        lambda e: f"Which element is obtained like this? {mask(snippet(e['sources']), e)}",
+        lambda e: f"Sources of {e['name']}: {snippet(e['sources'])}",
+        reverse=True,
+        closeness=_same_block,
+    ),
+    Template(
+        "symbol_reverse",
+        lambda e: e["symbol"],
+        lambda e: f"Which element has the chemical symbol {e['symbol']}?",
+        symbol_fact,
+        reverse=True,
+        closeness=_same_block,
+    ),
+    Template(
+        "name_origin_reverse",
+        lambda e: snippet(e["name_origin"], 160),
+        lambda e: f"Which element's name comes from this? {mask(snippet(e['name_origin'], 160), e)}",
+        origin_fact,
+        reverse=True,
+        closeness=_same_block,
+    ),
+    Template(
+        "discovery_reverse",
+        lambda e: (
+            discovery_fact(e).split(" was discovered", 1)[1] if known_discoverers(e) and e["discovery_year"] else ""
+        ),
+        lambda e: f"Which element was discovered{discovery_fact(e).split(' was discovered', 1)[1]}".rstrip(".") + "?",
+        discovery_fact,
+        reverse=True,
+        closeness=_year_gap,
+        order=_year,
+    ),
 ]
 TEMPLATE_NAMES = [t.name for t in TEMPLATES]
 
@@ -200,13 +276,14 @@ def _candidates(t: Template, e: dict, elements: list[dict]) -> list[dict]:
     return out
 
 
-def _distractors(t: Template, e: dict, elements: list[dict], rng: random.Random, pool: int,
-                 rank_counts: list[int]) -> list[dict]:
+def _distractors(
+    t: Template, e: dict, elements: list[dict], rng: random.Random, pool: int, rank_counts: list[int]
+) -> list[dict]:
     """4 distractors among the 2 * pool most similar candidates: r below the answer in `t.order`
     and 4 - r above it (each drawn from the nearest r + slack of its side, slack = (pool - 4) // 2).
     r is the least used feasible rank so far in this template: the answer's rank among its options
     is uniform, not the middle of five neighbours. `rank_counts` is updated."""
-    cands = _candidates(t, e, elements)[:2 * pool]
+    cands = _candidates(t, e, elements)[: 2 * pool]
     below = [o for o in cands if t.order(o) < t.order(e)]
     above = [o for o in cands if t.order(o) > t.order(e)]
     feasible = [r for r in range(5) if len(below) >= r and len(above) >= 4 - r]
@@ -215,15 +292,16 @@ def _distractors(t: Template, e: dict, elements: list[dict], rng: random.Random,
     r = min(feasible, key=lambda k: (rank_counts[k], rng.random()))
     rank_counts[r] += 1
     slack = max(0, (pool - 4) // 2)
-    return rng.sample(below[:r + slack], r) + rng.sample(above[:4 - r + slack], 4 - r)
+    return rng.sample(below[: r + slack], r) + rng.sample(above[: 4 - r + slack], 4 - r)
 
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def generate(seed: int, templates: list[str] | None = None, context_facts: int = 3,
-             distractor_pool: int = 8) -> pd.DataFrame:
+def generate(
+    seed: int, templates: list[str] | None = None, context_facts: int = 3, distractor_pool: int = 8
+) -> pd.DataFrame:
     """All distinct questions: prompt, answer_text, distractors, context, template, element.
     Letters and ids are assigned after splitting (steps.mcq.data.assign_letters)."""
     rng = random.Random(seed)
@@ -243,11 +321,18 @@ def generate(seed: int, templates: list[str] | None = None, context_facts: int =
             if not others:
                 continue
             option = (lambda o: o["name"]) if t.reverse else t.value
-            facts = [t.fact(e)] + [t.fact(o) for o in others[:max(0, context_facts - 1)]]
+            facts = [t.fact(e)] + [t.fact(o) for o in others[: max(0, context_facts - 1)]]
             rng.shuffle(facts)
-            rows.append({"prompt": t.prompt(e), "answer_text": option(e),
-                         "distractors": [option(o) for o in others],
-                         "context": " ".join(facts), "template": t.name, "element": e["name"]})
+            rows.append(
+                {
+                    "prompt": t.prompt(e),
+                    "answer_text": option(e),
+                    "distractors": [option(o) for o in others],
+                    "context": " ".join(facts),
+                    "template": t.name,
+                    "element": e["name"],
+                }
+            )
     seen: set[str] = set()  # distinct questions only (e.g. two elements with the same sources text)
     rows = [r for r in rows if not (_norm(r["prompt"]) in seen or seen.add(_norm(r["prompt"])))]
     rng.shuffle(rows)

@@ -1,5 +1,6 @@
 """Evaluation and bookkeeping for mcq_finetune: test scores with bootstrap intervals, per-template
 breakdown, the Kaggle submission file, and training throughput/MFU."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,9 +22,12 @@ CHANCE_MAP3 = (1 + 1 / 2 + 1 / 3) / 5  # uniform random ranking of 5 options: 0.
 
 def log_by_template(ctx: StageRun, templates, ap, acc, split: str) -> None:
     """Which question kinds the model gets right: a table and a bar chart per template."""
-    df = (pd.DataFrame({"template": list(templates), "map3": ap, "accuracy": acc})
-          .groupby("template").agg(questions=("map3", "size"), map3=("map3", "mean"),
-                                   accuracy=("accuracy", "mean")).reset_index())
+    df = (
+        pd.DataFrame({"template": list(templates), "map3": ap, "accuracy": acc})
+        .groupby("template")
+        .agg(questions=("map3", "size"), map3=("map3", "mean"), accuracy=("accuracy", "mean"))
+        .reset_index()
+    )
     ctx.log_table(df, f"{split}_by_template")
     fig, ax = plt.subplots(figsize=(7, 0.3 * len(df) + 1.2))
     ax.barh(df["template"], df["map3"], color="tab:blue")
@@ -43,7 +47,7 @@ def evaluate_split(trainer, ds, split: str, ctx: StageRun, n_boot: int, template
         return {}, pred.predictions
     ap, acc = per_question_scores(pred.predictions, pred.label_ids)
     if templates is not None:
-        log_by_template(ctx, templates[:len(ap)], ap, acc, split)
+        log_by_template(ctx, templates[: len(ap)], ap, acc, split)
     out = {f"{split}_map3": float(ap.mean()), f"{split}_accuracy": float(acc.mean())}
     for name, scores in (("map3", ap), ("accuracy", acc)):
         lo, hi = bootstrap_ci(scores, n=n_boot, seed=ctx.seed)
@@ -67,7 +71,8 @@ def write_submission(rows, logits, path: Path) -> Path:
     order = np.argsort(rows.index.to_numpy(), kind="stable")
     top3 = top3_letters(np.asarray(logits)[order])
     pd.DataFrame({"id": rows["id"].to_numpy()[order], "prediction": [" ".join(t) for t in top3]}).to_csv(
-        path, index=False, lineterminator="\n")
+        path, index=False, lineterminator="\n"
+    )
     return path
 
 
@@ -77,10 +82,16 @@ def throughput(trainer, meter, model, peak: float) -> dict:
         return {}
     cfg = model.config
     seq = trainer.tokens / (trainer.examples * 5)  # mean padded length of one (question, option) pair
-    flops = trainer.tokens * gpt_flops_per_token(non_embedding_params(model), cfg.num_hidden_layers,
-                                                 cfg.hidden_size, int(round(seq)))
-    return {"train_examples_per_s": trainer.examples / meter.step_time,
-            "train_tokens_per_s": trainer.tokens / meter.step_time,
-            "train_step_time_s": meter.step_time, "train_examples": trainer.examples,
-            "mean_padded_len": seq, "achieved_flops": flops / meter.step_time,
-            "peak_flops": peak, "mfu": flops / meter.step_time / peak}
+    flops = trainer.tokens * gpt_flops_per_token(
+        non_embedding_params(model), cfg.num_hidden_layers, cfg.hidden_size, int(round(seq))
+    )
+    return {
+        "train_examples_per_s": trainer.examples / meter.step_time,
+        "train_tokens_per_s": trainer.tokens / meter.step_time,
+        "train_step_time_s": meter.step_time,
+        "train_examples": trainer.examples,
+        "mean_padded_len": seq,
+        "achieved_flops": flops / meter.step_time,
+        "peak_flops": peak,
+        "mfu": flops / meter.step_time / peak,
+    }

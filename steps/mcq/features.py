@@ -6,6 +6,7 @@ Truncation is `only_first`, so the prompt and the option text always survive and
 loses its tail. Question and option side by side in one segment also learned faster than
 "prompt [SEP] context" / "option" (validation MAP@3 after 60 steps, see the config notes).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ def preprocess(batch: dict, tokenizer, use_context: bool, max_length: int) -> di
         firsts += [ctx or prompt] * 5
         seconds += [f"{prompt} {tokenizer.sep_token} {batch[k][i]}" if ctx else batch[k][i] for k in LETTERS]
     enc = tokenizer(firsts, seconds, truncation="only_first", max_length=max_length)
-    out = {k: [v[i * 5:(i + 1) * 5] for i in range(n)] for k, v in enc.items()}
+    out = {k: [v[i * 5 : (i + 1) * 5] for i in range(n)] for k, v in enc.items()}
     out["length"] = [max(map(len, ids)) for ids in out["input_ids"]]  # for group_by_length
     if "answer" in batch and all(a in LETTERS for a in batch["answer"]):
         out["label"] = [LETTERS.index(a) for a in batch["answer"]]
@@ -35,6 +36,7 @@ def preprocess(batch: dict, tokenizer, use_context: bool, max_length: int) -> di
 @dataclass
 class MultipleChoiceCollator:
     """features (each: 5 token lists) -> flatten to 5B sequences -> pad -> reshape to B x 5 x L."""
+
     tokenizer: object
     pad_to_multiple_of: int | None = 8
 
@@ -43,8 +45,7 @@ class MultipleChoiceCollator:
         keys = [k for k in features[0] if k not in ("label", "labels", "length")]
         n_choices = len(features[0]["input_ids"])
         flat = [{k: f[k][c] for k in keys} for f in features for c in range(n_choices)]
-        batch = self.tokenizer.pad(flat, padding=True, pad_to_multiple_of=self.pad_to_multiple_of,
-                                   return_tensors="pt")
+        batch = self.tokenizer.pad(flat, padding=True, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
         batch = {k: v.view(len(features), n_choices, -1) for k, v in batch.items()}
         if labels is not None:
             batch["labels"] = torch.tensor(labels, dtype=torch.long)

@@ -4,6 +4,7 @@ Each mapper turns one dataset row into (prompt, answer text, distractor texts, c
 with fewer than 5 options get extra distractors shuffled in: correct answers of other questions
 of the same set, which have the right "kind" far more often than random text.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,9 +16,12 @@ from steps.tracking import InputError
 
 
 def map_sciq(row: dict) -> dict:
-    return {"prompt": row["question"], "answer_text": row["correct_answer"],
-            "distractors": [row["distractor1"], row["distractor2"], row["distractor3"]],
-            "context": row.get("support") or ""}
+    return {
+        "prompt": row["question"],
+        "answer_text": row["correct_answer"],
+        "distractors": [row["distractor1"], row["distractor2"], row["distractor3"]],
+        "context": row.get("support") or "",
+    }
 
 
 def _labelled(row: dict, prompt: str, context: str = "") -> dict:
@@ -27,8 +31,7 @@ def _labelled(row: dict, prompt: str, context: str = "") -> dict:
     if key not in labels:
         raise ValueError(f"answerKey {key!r} not among labels {labels}")
     k = labels.index(key)
-    return {"prompt": prompt, "answer_text": texts[k], "distractors": texts[:k] + texts[k + 1:],
-            "context": context}
+    return {"prompt": prompt, "answer_text": texts[k], "distractors": texts[:k] + texts[k + 1 :], "context": context}
 
 
 def map_openbookqa(row: dict) -> dict:
@@ -47,8 +50,10 @@ def detect(columns) -> callable:
         return map_openbookqa
     if {"question", "choices", "answerKey"} <= cols:
         return map_arc
-    raise InputError(f"hf dataset columns {sorted(cols)} match no known science-QA layout "
-                     "(SciQ, OpenBookQA, ARC); use a Kaggle CSV path instead")
+    raise InputError(
+        f"hf dataset columns {sorted(cols)} match no known science-QA layout "
+        "(SciQ, OpenBookQA, ARC); use a Kaggle CSV path instead"
+    )
 
 
 def to_rows(rows: list[dict], seed: int) -> pd.DataFrame:
@@ -64,8 +69,10 @@ def to_rows(rows: list[dict], seed: int) -> pd.DataFrame:
         opts = [d for d in dict.fromkeys(m["distractors"]) if d and d != m["answer_text"]][:4]
         spare = [a for a in pool if a != m["answer_text"] and a not in opts]
         if len(opts) + len(spare) < 4:
-            raise InputError(f"hf question {m['prompt'][:60]!r}: fewer than 5 distinct options even "
-                             "after borrowing other answers; use more rows (max_questions)")
+            raise InputError(
+                f"hf question {m['prompt'][:60]!r}: fewer than 5 distinct options even "
+                "after borrowing other answers; use more rows (max_questions)"
+            )
         m["distractors"] = opts + rng.sample(spare, 4 - len(opts))
     return pd.DataFrame(mapped)
 
@@ -76,8 +83,10 @@ def load_hub(spec: str, seed: int, max_questions: int = 0) -> pd.DataFrame:
     try:
         dd = datasets.load_dataset(path, name or None)
     except Exception as exc:  # noqa: BLE001 - any hub/network failure becomes one clear message
-        raise InputError(f"prepare_mcq.source {spec!r}: cannot load from the hub ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); needs network/HF cache, or use builtin:elements or a CSV path") from None
+        raise InputError(
+            f"prepare_mcq.source {spec!r}: cannot load from the hub ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); needs network/HF cache, or use builtin:elements or a CSV path"
+        ) from None
     rows = [r for split in sorted(dd) for r in dd[split]]
     if max_questions:
         rows = random.Random(seed).sample(rows, min(max_questions, len(rows)))

@@ -1,4 +1,5 @@
 """Kaggle LLM Science Exam metrics: MAP@3, accuracy, and a bootstrap interval for either."""
+
 from __future__ import annotations
 
 import numpy as np

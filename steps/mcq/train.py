@@ -4,6 +4,7 @@ MLflow: the job's run is created by StageRun through MlflowClient and is never t
 "active run", so HF's MLflowCallback would open a second run. We use report_to="none" and a
 TrainerCallback that forwards Trainer logs to ctx.log_metrics: exactly one run per job.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,7 @@ from steps.mcq.features import preprocess
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # belt and braces: no auto MLflow runs
 
 
-def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, max_length: int,
-                limits: dict[str, int]):
+def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, max_length: int, limits: dict[str, int]):
     """(DatasetDict of tokenized splits, the rows each holds) from validated CSV frames (Dataset.map,
     batched). Evaluation splits are sorted by length: Trainer pads every eval batch to its longest
     pair, and in CSV order that is ~1.5x the mean. The returned rows are in the dataset's order
@@ -33,9 +33,13 @@ def to_datasets(splits: dict[str, pd.DataFrame], tokenizer, use_context: bool, m
         if limits.get(name):
             df = df.head(limits[name])
         ds = Dataset.from_pandas(df.reset_index(drop=True), preserve_index=False)
-        ds = ds.map(preprocess, batched=True, remove_columns=ds.column_names,
-                    fn_kwargs={"tokenizer": tokenizer, "use_context": use_context,
-                               "max_length": max_length}, desc=f"tokenize {name}")
+        ds = ds.map(
+            preprocess,
+            batched=True,
+            remove_columns=ds.column_names,
+            fn_kwargs={"tokenizer": tokenizer, "use_context": use_context, "max_length": max_length},
+            desc=f"tokenize {name}",
+        )
         if name != "train":
             order = np.argsort(ds["length"], kind="stable")
             ds, df = ds.select(order), df.iloc[order]
@@ -68,6 +72,7 @@ def peak_dtype(precision: str) -> str:
 class Throughput(TrainerCallback):
     """Wall time of optimizer steps only (no evaluation or checkpointing in it); on a GPU the
     clock is read after the queued work has finished (sync_if_cuda)."""
+
     def __init__(self):
         self.step_time, self.t0 = 0.0, None
 
@@ -82,6 +87,7 @@ class Throughput(TrainerCallback):
 
 class ToStageRun(TrainerCallback):
     """Trainer logs (loss, lr, eval_map3 ...) -> the job's own MLflow run, step = global step."""
+
     def __init__(self, ctx):
         self.ctx = ctx
 
@@ -92,6 +98,7 @@ class ToStageRun(TrainerCallback):
 
 class CountingTrainer(Trainer):
     """Counts examples and padded tokens the training steps really processed (for MFU)."""
+
     examples = 0
     tokens = 0
 
@@ -107,17 +114,36 @@ def training_args(p: dict, out: Path, seed: int, device, train: bool):
     if precision == "auto":
         precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
     return TrainingArguments(
-        output_dir=str(out / "checkpoints"), seed=seed, data_seed=seed, use_cpu=not cuda,
-        num_train_epochs=p["epochs"], max_steps=p["max_steps"] if p["max_steps"] > 0 else -1,
-        per_device_train_batch_size=p["batch_size"], per_device_eval_batch_size=p["eval_batch_size"],
-        gradient_accumulation_steps=p["grad_accum"], learning_rate=p["lr"], weight_decay=p["weight_decay"],
-        warmup_steps=p["warmup_ratio"], lr_scheduler_type="linear", optim="adamw_torch",
-        bf16=precision == "bf16", fp16=precision == "fp16",
-        eval_strategy="epoch" if train else "no", save_strategy="epoch" if train else "no",
-        save_only_model=True, save_total_limit=1, load_best_model_at_end=train,
-        metric_for_best_model="map3", greater_is_better=True,
-        logging_strategy="steps", logging_steps=p["logging_steps"], logging_first_step=True,
-        report_to="none", disable_tqdm=False, dataloader_num_workers=0, remove_unused_columns=False,
+        output_dir=str(out / "checkpoints"),
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not cuda,
+        num_train_epochs=p["epochs"],
+        max_steps=p["max_steps"] if p["max_steps"] > 0 else -1,
+        per_device_train_batch_size=p["batch_size"],
+        per_device_eval_batch_size=p["eval_batch_size"],
+        gradient_accumulation_steps=p["grad_accum"],
+        learning_rate=p["lr"],
+        weight_decay=p["weight_decay"],
+        warmup_steps=p["warmup_ratio"],
+        lr_scheduler_type="linear",
+        optim="adamw_torch",
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        eval_strategy="epoch" if train else "no",
+        save_strategy="epoch" if train else "no",
+        save_only_model=True,
+        save_total_limit=1,
+        load_best_model_at_end=train,
+        metric_for_best_model="map3",
+        greater_is_better=True,
+        logging_strategy="steps",
+        logging_steps=p["logging_steps"],
+        logging_first_step=True,
+        report_to="none",
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
         train_sampling_strategy="group_by_length" if p["group_by_length"] else "random",
     ), precision
 

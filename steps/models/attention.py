@@ -13,6 +13,7 @@ Speed: when q/k/v are plain nn.Linear on ordinary tensors (no TP/FSDP DTensors, 
 swapped for the hand-written Linear) they run as ONE matmul on the concatenated weights — one
 large GEMM is faster than three small ones on a CPU; the weight copy is tiny (3·d² vs B·T·3d).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,16 +25,17 @@ from torch import nn
 try:
     from torch.distributed.tensor import DTensor
 except ImportError:  # torch built without distributed
+
     class DTensor:  # noqa: D101 - placeholder that nothing is an instance of
         pass
+
 
 from steps.models.positional import rope_cos_sin, rope_neox
 from steps.models.softmax import softmax
 
 
 def _plain_linear(m: nn.Module) -> bool:
-    return (type(m) is nn.Linear and not isinstance(m.weight, DTensor)
-            and not (m._forward_hooks or m._forward_pre_hooks))
+    return type(m) is nn.Linear and not isinstance(m.weight, DTensor) and not (m._forward_hooks or m._forward_pre_hooks)
 
 
 def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
@@ -75,9 +77,9 @@ class CausalSelfAttention(nn.Module):
             k, v = torch.cat((layer_past[0], k), dim=2), torch.cat((layer_past[1], v), dim=2)  # (B, nh, T_k, hs)
         p = self.dropout if self.training else 0.0
         if self.impl == "sdpa":
-            if past == 0:   # plain causal (top-left == bottom-right when T_q == T_k)
+            if past == 0:  # plain causal (top-left == bottom-right when T_q == T_k)
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, nh, T, hs)
-            else:           # cached decoding: new queries see every cached key
+            else:  # cached decoding: new queries see every cached key
                 mask = None if T == 1 else causal_mask(T, k.shape[2], x.device)  # (T, T_k)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, T, hs)
         elif self.impl == "manual":

@@ -6,6 +6,7 @@ A check function takes the stage params and returns rows
 add theirs with `@register_parity`; the components stage imports the modules named in its
 `extra_modules` config so their rows land in the same table.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,13 @@ def row(component: str, reference: str, a, b, tol: float) -> dict:
     if a.shape != b.shape:
         raise ValueError(f"{component} vs {reference}: shapes {a.shape} != {b.shape}")
     err = float(np.max(np.abs(a - b))) if a.size else 0.0
-    return {"component": component, "reference": reference, "max_abs_err": err,
-            "tolerance": tol, "pass": bool(err <= tol)}
+    return {
+        "component": component,
+        "reference": reference,
+        "max_abs_err": err,
+        "tolerance": tol,
+        "pass": bool(err <= tol),
+    }
 
 
 def jacobian_fd_error(f, inputs, eps: float = 1e-6) -> float:
@@ -78,8 +84,9 @@ def function_rows(name, ours, ref, ours_np, inputs, np_inputs, fwd_tol=1e-12, gr
     rows.append(row(name + " backward", "torch autograd (fp64)", err, 0.0, grad_tol))
     # gradcheck only says yes/no; the error column is the same Jacobian gap measured by hand
     ok = torch.autograd.gradcheck(ours, tuple(inputs), eps=1e-6, atol=1e-5, raise_exception=False)
-    r = row(name + " backward", "torch.autograd.gradcheck (finite differences)",
-            jacobian_fd_error(ours, inputs), 0.0, 1e-5)
+    r = row(
+        name + " backward", "torch.autograd.gradcheck (finite differences)", jacobian_fd_error(ours, inputs), 0.0, 1e-5
+    )
     rows.append({**r, "pass": r["pass"] and bool(ok)})
     return rows
 
@@ -93,11 +100,17 @@ def softmax_checks(params) -> list[dict]:
     x = _t(3, 5)
     mask = torch.rand(3, 5) > 0.3
     mask[:, 0] = True  # every row keeps one entry
-    rows = function_rows("softmax", lambda x: softmax(x), lambda x: F.softmax(x, -1),
-                         softmax_np, [x], [x.detach().numpy()])
-    rows += function_rows("masked softmax", lambda x: softmax(x, mask),
-                          lambda x: F.softmax(x.masked_fill(~mask, float("-inf")), -1),
-                          lambda x: softmax_np(x, mask=mask.numpy()), [x], [x.detach().numpy()])
+    rows = function_rows(
+        "softmax", lambda x: softmax(x), lambda x: F.softmax(x, -1), softmax_np, [x], [x.detach().numpy()]
+    )
+    rows += function_rows(
+        "masked softmax",
+        lambda x: softmax(x, mask),
+        lambda x: F.softmax(x.masked_fill(~mask, float("-inf")), -1),
+        lambda x: softmax_np(x, mask=mask.numpy()),
+        [x],
+        [x.detach().numpy()],
+    )
     big = torch.tensor([[1000.0, 1001.0, 999.0]], dtype=torch.float64)
     rows.append(row("softmax, logits ~1e3 (stability)", "torch (fp64)", softmax(big), F.softmax(big, -1), 1e-12))
     return rows
@@ -106,21 +119,28 @@ def softmax_checks(params) -> list[dict]:
 @register_parity
 def linear_checks(params) -> list[dict]:
     x, w, b = _t(2, 3, 4), _t(5, 4), _t(5)
-    return function_rows("linear", linear, F.linear, linear_np, [x, w, b],
-                         [t.detach().numpy() for t in (x, w, b)])
+    return function_rows("linear", linear, F.linear, linear_np, [x, w, b], [t.detach().numpy() for t in (x, w, b)])
 
 
 @register_parity
 def norm_checks(params) -> list[dict]:
     x, w, b = _t(2, 3, 6), _t(6), _t(6)
-    rows = function_rows("LayerNorm", lambda x, w, b: layer_norm(x, w, b, 1e-5),
-                         lambda x, w, b: F.layer_norm(x, (6,), w, b, 1e-5),
-                         lambda x, w, b: layer_norm_np(x, w, b, 1e-5), [x, w, b],
-                         [t.detach().numpy() for t in (x, w, b)])
-    rows += function_rows("RMSNorm", lambda x, w: rms_norm(x, w, 1e-6),
-                          lambda x, w: F.rms_norm(x, (6,), w, 1e-6),
-                          lambda x, w: rms_norm_np(x, w, 1e-6), [x, w],
-                          [t.detach().numpy() for t in (x, w)])
+    rows = function_rows(
+        "LayerNorm",
+        lambda x, w, b: layer_norm(x, w, b, 1e-5),
+        lambda x, w, b: F.layer_norm(x, (6,), w, b, 1e-5),
+        lambda x, w, b: layer_norm_np(x, w, b, 1e-5),
+        [x, w, b],
+        [t.detach().numpy() for t in (x, w, b)],
+    )
+    rows += function_rows(
+        "RMSNorm",
+        lambda x, w: rms_norm(x, w, 1e-6),
+        lambda x, w: F.rms_norm(x, (6,), w, 1e-6),
+        lambda x, w: rms_norm_np(x, w, 1e-6),
+        [x, w],
+        [t.detach().numpy() for t in (x, w)],
+    )
     return rows
 
 
@@ -132,8 +152,11 @@ def positional_checks(params) -> list[dict]:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
 
     T, d = 7, 8
-    rows = [row("sinusoidal PE (torch)", "NumPy twin", P.sinusoidal(T, d, dtype=torch.float64),
-                P.sinusoidal_np(T, d), 1e-12)]
+    rows = [
+        row(
+            "sinusoidal PE (torch)", "NumPy twin", P.sinusoidal(T, d, dtype=torch.float64), P.sinusoidal_np(T, d), 1e-12
+        )
+    ]
     x = torch.randn(2, 3, T, d, dtype=torch.float64)  # (B, heads, T, head_dim)
     cos, sin = P.rope_cos_sin(T, d, dtype=torch.float64)
     inter, neox = P.rope_interleaved(x, cos, sin), P.rope_neox(x, cos, sin)
@@ -149,8 +172,15 @@ def positional_checks(params) -> list[dict]:
     q, k = torch.randn(d, dtype=torch.float64), torch.randn(d, dtype=torch.float64)
     rq = P.rope_neox(q.expand(T, d), cos, sin)
     rk = P.rope_neox(k.expand(T, d), cos, sin)
-    rows.append(row("RoPE NeoX <q_m,k_n>", "same at m-n=1 for all m", (rq[1:] * rk[:-1]).sum(-1),
-                    (rq[1] * rk[0]).sum().expand(T - 1), 1e-12))
+    rows.append(
+        row(
+            "RoPE NeoX <q_m,k_n>",
+            "same at m-n=1 for all m",
+            (rq[1:] * rk[:-1]).sum(-1),
+            (rq[1] * rk[0]).sum().expand(T - 1),
+            1e-12,
+        )
+    )
     return rows
 
 
@@ -159,9 +189,16 @@ def masking_checks(params) -> list[dict]:
     B, T, d = 3, 6, 4
     lengths = [6, 4, 2]
     ref = np.array([[[j <= i and j < L for j in range(T)] for i in range(T)] for L in lengths])
-    rows = [row("combined causal+padding mask (NumPy)", "explicit loops", M.combined_mask(lengths, T), ref, 0.0),
-            row("causal mask with cache offset (NumPy)", "torch tril(diagonal=offset)", M.causal_mask(2, 5),
-                torch.ones(2, 5).tril(3).bool(), 0.0)]
+    rows = [
+        row("combined causal+padding mask (NumPy)", "explicit loops", M.combined_mask(lengths, T), ref, 0.0),
+        row(
+            "causal mask with cache offset (NumPy)",
+            "torch tril(diagonal=offset)",
+            M.causal_mask(2, 5),
+            torch.ones(2, 5).tril(3).bool(),
+            0.0,
+        ),
+    ]
     q, k, v = (torch.randn(B, 1, T, d, dtype=torch.float64) for _ in range(3))
     mask = torch.from_numpy(M.combined_mask(lengths, T))[:, None]
     ours = softmax(q @ k.transpose(-1, -2) / d**0.5, mask) @ v
@@ -175,18 +212,38 @@ def block_checks(params) -> list[dict]:
     from transformers.activations import ACT2FN  # the reference; see positional_checks
 
     x = torch.randn(2, 5, 12, dtype=torch.float64)
-    rows = [row("gelu_new (tanh)", "transformers ACT2FN['gelu_new']",
-                torch.nn.functional.gelu(x, approximate="tanh"), ACT2FN["gelu_new"](x), 1e-12),
-            row("gelu (exact)", "x * Phi(x) via erf", torch.nn.functional.gelu(x),
-                x * 0.5 * (1 + torch.erf(x / 2**0.5)), 1e-12)]
+    rows = [
+        row(
+            "gelu_new (tanh)",
+            "transformers ACT2FN['gelu_new']",
+            torch.nn.functional.gelu(x, approximate="tanh"),
+            ACT2FN["gelu_new"](x),
+            1e-12,
+        ),
+        row(
+            "gelu (exact)",
+            "x * Phi(x) via erf",
+            torch.nn.functional.gelu(x),
+            x * 0.5 * (1 + torch.erf(x / 2**0.5)),
+            1e-12,
+        ),
+    ]
     for pos, norm in (("learned", "layernorm"), ("rope", "rmsnorm")):
         torch.manual_seed(0)
-        fast = GPTLMHeadModel(GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=3, n_embd=24,
-                                        pos=pos, norm=norm)).double()
+        fast = GPTLMHeadModel(
+            GPTConfig(vocab_size=37, block_size=16, n_layer=2, n_head=3, n_embd=24, pos=pos, norm=norm)
+        ).double()
         custom = use_custom_functions(copy.deepcopy(fast))
         ids = torch.randint(0, 37, (2, 9))
-        rows.append(row(f"GPT with custom Functions + manual attention ({pos}, {norm})",
-                        "same weights, nn.Linear/nn.*Norm/SDPA path", custom(ids).logits, fast(ids).logits, 1e-12))
+        rows.append(
+            row(
+                f"GPT with custom Functions + manual attention ({pos}, {norm})",
+                "same weights, nn.Linear/nn.*Norm/SDPA path",
+                custom(ids).logits,
+                fast(ids).logits,
+                1e-12,
+            )
+        )
     return rows
 
 

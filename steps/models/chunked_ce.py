@@ -37,6 +37,7 @@ dtype, fp32 at least for the softmax; fp64 inputs stay fp64 end to end (the pari
 All targets ignored: like F.cross_entropy(reduction="mean") the loss is 0/0 = nan, and the
 gradients are zero (no row contributes). n_valid stays a tensor, so there is no host sync.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,17 +48,16 @@ MiB = 2**20
 # Default chunk: the largest power of two of rows whose fp32 logits fit CHUNK_BYTES (16 MiB),
 # but at least MIN_CHUNK_ROWS (256) rows. 16 MiB keeps the transient (C, V) buffers (the fp32
 # logits/softmax, logsumexp's internal exp, the bf16 copies of z and g under autocast: about
-# 2 × CHUNK_BYTES at once) small next to a training step, and splits the perf matrix's head (V = 8192: 512 rows, so 2 chunks
-# of its 1024 tokens) so the full logits never exist. The 256-row floor is the arithmetic
-# intensity argument above: below it, re-reading W per chunk dominates on a GPU (GPT-2's
+# 2 × CHUNK_BYTES at once) small next to a training step, and splits the perf matrix's head
+# (V = 8192: 512 rows, so 2 chunks of its 1024 tokens) so the full logits never exist. The
+# 256-row floor is the arithmetic intensity argument above: below it, re-reading W per chunk dominates on a GPU (GPT-2's
 # V = 50257 would give 64 rows from the budget alone; 256 rows are 49 MiB of fp32 per chunk,
 # 1/18 of the full logits of configs/gpu.yaml's perf batch, 36 × 128 tokens).
 CHUNK_BYTES = 16 * MiB
 MIN_CHUNK_ROWS = 256
 
 
-def default_chunk_size(n_rows: int, vocab: int, chunk_bytes: int = CHUNK_BYTES,
-                       min_rows: int = MIN_CHUNK_ROWS) -> int:
+def default_chunk_size(n_rows: int, vocab: int, chunk_bytes: int = CHUNK_BYTES, min_rows: int = MIN_CHUNK_ROWS) -> int:
     """Rows per chunk: pow2 ≤ chunk_bytes / (4·V), at least min_rows, at most n_rows."""
     rows = max(1, chunk_bytes // (4 * vocab))
     rows = max(1 << (rows.bit_length() - 1), min_rows)
@@ -74,43 +74,51 @@ def _compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
     return dtype
 
 
-def _chunked_loss_and_grads(hidden, weight, targets, ignore_index: int, chunk_size: int,
-                            compute_dtype: torch.dtype, need_grad_h: bool, need_grad_w: bool):
+def _chunked_loss_and_grads(
+    hidden,
+    weight,
+    targets,
+    ignore_index: int,
+    chunk_size: int,
+    compute_dtype: torch.dtype,
+    need_grad_h: bool,
+    need_grad_w: bool,
+):
     """The loop. hidden (N, d), weight (V, d), targets (N,). Returns (loss, grad_h, grad_w);
     the gradients are of the mean loss (grad_output = 1), None where not needed."""
     acc = torch.float64 if compute_dtype == torch.float64 else torch.float32  # softmax dtype
     n = hidden.shape[0]  # N rows
     valid = targets != ignore_index  # (N,) bool
-    n_valid = valid.sum()                                     # a tensor: no host sync
+    n_valid = valid.sum()  # a tensor: no host sync
     # per-row gradient scale: 1/n_valid for scored rows, 0 for ignored ones (and all-ignored)
     row_scale = valid.to(acc) / n_valid.clamp(min=1).to(acc)  # (N,)
     safe_t = torch.where(valid, targets, torch.zeros_like(targets))  # (N,); ignore_index may be < 0
-    w = weight.to(compute_dtype)          # (V, d); one low-precision copy under autocast, as F.linear
+    w = weight.to(compute_dtype)  # (V, d); one low-precision copy under autocast, as F.linear
     total = torch.zeros((), dtype=acc, device=hidden.device)  # scalar
     grad_h = torch.empty_like(hidden) if need_grad_h else None  # (N, d)
     grad_w = torch.zeros_like(weight, dtype=torch.promote_types(weight.dtype, acc)) if need_grad_w else None  # (V, d)
     for s in range(0, n, chunk_size):
-        h = hidden[s:s + chunk_size].to(compute_dtype)        # (C, d)
-        t, scale = safe_t[s:s + chunk_size], row_scale[s:s + chunk_size]  # (C,) each
-        z = h @ w.T                                           # (C, V) compute dtype
-        zf = z.to(acc)                                        # (C, V) fp32 (the same tensor if z is)
+        h = hidden[s : s + chunk_size].to(compute_dtype)  # (C, d)
+        t, scale = safe_t[s : s + chunk_size], row_scale[s : s + chunk_size]  # (C,) each
+        z = h @ w.T  # (C, V) compute dtype
+        zf = z.to(acc)  # (C, V) fp32 (the same tensor if z is)
         del z
-        lse = torch.logsumexp(zf, dim=-1)                     # (C,)
-        z_t = zf.gather(1, t[:, None]).squeeze(1)             # (C,)
-        total = total + ((lse - z_t) * valid[s:s + chunk_size]).sum()  # scalar
+        lse = torch.logsumexp(zf, dim=-1)  # (C,)
+        z_t = zf.gather(1, t[:, None]).squeeze(1)  # (C,)
+        total = total + ((lse - z_t) * valid[s : s + chunk_size]).sum()  # scalar
         if not (need_grad_h or need_grad_w):
             continue
-        g = zf.sub_(lse[:, None]).exp_()                      # (C, V) softmax, in place over zf
+        g = zf.sub_(lse[:, None]).exp_()  # (C, V) softmax, in place over zf
         g[torch.arange(g.shape[0], device=g.device), t] -= 1.0  # − onehot
-        g.mul_(scale[:, None])                                # (C, V) / n_valid; ignored rows -> 0
-        gc = g.to(compute_dtype)                              # (C, V)
+        g.mul_(scale[:, None])  # (C, V) / n_valid; ignored rows -> 0
+        gc = g.to(compute_dtype)  # (C, V)
         del g, zf
         if need_grad_h:
-            grad_h[s:s + chunk_size] = gc @ w                 # (C, V) @ (V, d) -> (C, d)
+            grad_h[s : s + chunk_size] = gc @ w  # (C, V) @ (V, d) -> (C, d)
         if need_grad_w:
-            grad_w += gc.T @ h                                # (V, C) @ (C, d) -> (V, d), in fp32 (or fp64)
+            grad_w += gc.T @ h  # (V, C) @ (C, d) -> (V, d), in fp32 (or fp64)
         del gc
-    loss = total / n_valid.to(acc)                            # scalar; 0/0 = nan if all are ignored
+    loss = total / n_valid.to(acc)  # scalar; 0/0 = nan if all are ignored
     return loss, grad_h, None if grad_w is None else grad_w.to(weight.dtype)
 
 
@@ -125,7 +133,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         # autocast stays on inside a Function's forward: turn it off, the dtypes are explicit
         with torch.autocast(hidden.device.type, enabled=False):
             loss, grad_h, grad_w = _chunked_loss_and_grads(
-                hidden, weight, targets, ignore_index, chunk_size, compute_dtype, need_h, need_w)
+                hidden, weight, targets, ignore_index, chunk_size, compute_dtype, need_h, need_w
+            )
         ctx.save_for_backward(grad_h, grad_w)
         return loss
 
@@ -138,8 +147,13 @@ class LinearCrossEntropy(torch.autograd.Function):
         return gh, gw, None, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         ignore_index: int = -100, chunk_size: int | None = None) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
     """Mean cross-entropy of `hidden @ weight.T` against `targets`, over the non-ignored targets,
     without materialising the full logits: = F.cross_entropy(F.linear(hidden, weight).float(),
     targets, ignore_index=ignore_index) (see reference_linear_cross_entropy).
@@ -162,13 +176,15 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return LinearCrossEntropy.apply(hidden, weight, targets, ignore_index, chunk, dtype)
     with torch.autocast(hidden.device.type, enabled=False):
-        return _chunked_loss_and_grads(hidden, weight, targets, ignore_index, chunk, dtype,
-                                       False, False)[0]
+        return _chunked_loss_and_grads(hidden, weight, targets, ignore_index, chunk, dtype, False, False)[0]
 
 
 def reference_linear_cross_entropy(hidden, weight, targets, ignore_index: int = -100):
     """The unfused twin (what causal_lm_loss computes after the LM head): full fp32 logits."""
     d = hidden.shape[-1]
     logits = F.linear(hidden.reshape(-1, d), weight)  # (N, V)
-    return F.cross_entropy(logits.float() if logits.dtype != torch.float64 else logits,  # fp32 (N, V) vs (N,)
-                           targets.reshape(-1), ignore_index=ignore_index)  # -> scalar
+    return F.cross_entropy(
+        logits.float() if logits.dtype != torch.float64 else logits,  # fp32 (N, V) vs (N,)
+        targets.reshape(-1),
+        ignore_index=ignore_index,
+    )  # -> scalar

@@ -14,6 +14,7 @@ _scaled_mm wants its first operand row-major and its second column-major, and (o
 every dimension a multiple of 16. It also runs on CPU (slowly), which the tests use for parity
 against the same quantisation done by hand in fp32.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,13 +48,13 @@ class Fp8Matmul(torch.autograd.Function):
         w8, sw = quantize(w, E4M3)
         ctx.save_for_backward(x8, sx, w8, sw)
         ctx.dtypes = (x.dtype, w.dtype)
-        return scaled_mm(x8, sx, w8.t(), sw, out_dtype)             # (N, in) @ (in, out)
+        return scaled_mm(x8, sx, w8.t(), sw, out_dtype)  # (N, in) @ (in, out)
 
     @staticmethod
     def backward(ctx, gy: torch.Tensor):
         x8, sx, w8, sw = ctx.saved_tensors
         g8, sg = quantize(gy, E5M2)
-        grad_x = scaled_mm(g8, sg, col_major(w8), sw, torch.float32)          # (N, out) @ (out, in)
+        grad_x = scaled_mm(g8, sg, col_major(w8), sw, torch.float32)  # (N, out) @ (out, in)
         grad_w = scaled_mm(g8.t().contiguous(), sg, col_major(x8), sx, torch.float32)  # (out, N) @ (N, in)
         return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]), None
 
@@ -62,8 +63,7 @@ class Fp8Linear(nn.Linear):
     """nn.Linear with fp8 GEMMs; same parameters and state dict."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out_dtype = (torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type)
-                     else x.dtype)
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         with torch.autocast(x.device.type, enabled=False):
             y = Fp8Matmul.apply(x.reshape(-1, x.shape[-1]), self.weight, out_dtype)
         y = y.reshape(*x.shape[:-1], self.out_features)

@@ -5,14 +5,14 @@ instead of re-running the whole prefix: cached and uncached decoding give the sa
 Works with any model whose forward(input_ids, past_key_values=None, use_cache=False) returns an
 object with .logits and .past_key_values (ours, or a toy one in the tests).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 
-def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None):
+def filter_logits(logits, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None):
     """Scale by 1/temperature, then keep the top-k tokens and/or the smallest set whose
     probability mass reaches top_p (nucleus); the rest become -inf."""
     logits = logits / max(temperature, 1e-8)
@@ -43,7 +43,7 @@ class _Stepper:
         if self.use_cache and self.past is not None and seq.shape[1] <= self.block:
             out = self.model(seq[:, -n_new:], past_key_values=self.past, use_cache=True)
         else:
-            out = self.model(seq[:, -self.block:], use_cache=self.use_cache)
+            out = self.model(seq[:, -self.block :], use_cache=self.use_cache)
         self.past = out.past_key_values if self.use_cache else None
         return out.logits[:, -1, :].float()
 
@@ -53,9 +53,18 @@ class _Stepper:
 
 
 @torch.no_grad()
-def generate(model, input_ids, max_new_tokens: int, do_sample: bool = False,
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             eos_token_id: int | None = None, use_cache: bool = True, generator=None):
+def generate(
+    model,
+    input_ids,
+    max_new_tokens: int,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | None = None,
+    use_cache: bool = True,
+    generator=None,
+):
     """Greedy (do_sample=False, HF's generate(do_sample=False)) or sampling. A sequence that
     emitted eos keeps emitting eos (as HF pads); stops when all have, or after max_new_tokens."""
     was_training = model.training
@@ -84,9 +93,15 @@ def generate(model, input_ids, max_new_tokens: int, do_sample: bool = False,
 
 
 @torch.no_grad()
-def beam_search(model, input_ids, num_beams: int = 4, max_new_tokens: int = 20,
-                length_penalty: float = 1.0, eos_token_id: int | None = None,
-                use_cache: bool = True):
+def beam_search(
+    model,
+    input_ids,
+    num_beams: int = 4,
+    max_new_tokens: int = 20,
+    length_penalty: float = 1.0,
+    eos_token_id: int | None = None,
+    use_cache: bool = True,
+):
     """Keep the num_beams best partial sequences by summed log-probability. A finished
     hypothesis is scored sum_logprob / new_len**length_penalty (HF's convention: >0 favours
     longer outputs). input_ids: (1, T). Returns (best sequence (1, T+n), its score)."""
@@ -100,7 +115,7 @@ def beam_search(model, input_ids, num_beams: int = 4, max_new_tokens: int = 20,
     finished: list[tuple[float, torch.Tensor]] = []
     step, n_new = _Stepper(model, use_cache), T0
     for t in range(1, max_new_tokens + 1):
-        logp = F.log_softmax(step.logits(seq, n_new).double(), -1)   # (beams, V)
+        logp = F.log_softmax(step.logits(seq, n_new).double(), -1)  # (beams, V)
         V = logp.shape[-1]
         cand = (scores[:, None] + logp).view(-1)
         top, flat = torch.topk(cand, min(2 * num_beams, cand.numel()))

@@ -17,6 +17,7 @@ Shape comments use nanoGPT's letters: B batch, T sequence length, C = n_embd, V 
 heads (in attention.py a tensor-parallel rank's local heads), hs = head size; with a KV cache,
 T_past cached positions and T_k = T_past + T keys.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,15 +44,15 @@ class GPTConfig:
     n_embd: int = 256
     dropout: float = 0.0
     bias: bool = True
-    pos: str = "learned"          # "learned" (GPT-2 wpe) | "rope" (rotary, NeoX layout, no wpe)
-    norm: str = "layernorm"       # "layernorm" | "rmsnorm"
-    attn: str = "sdpa"            # "sdpa" (fused) | "manual" (hand-written softmax)
+    pos: str = "learned"  # "learned" (GPT-2 wpe) | "rope" (rotary, NeoX layout, no wpe)
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm"
+    attn: str = "sdpa"  # "sdpa" (fused) | "manual" (hand-written softmax)
     activation: str = "gelu_new"  # "gelu_new" (tanh, GPT-2) | "gelu" (exact)
     layer_norm_eps: float = 1e-5
     tie_weights: bool = True
     checkpoint_activations: bool = False
-    fused_ce: bool = False        # training loss via chunked_ce (no logits returned); see top
-    ce_chunk: int = 0             # rows per chunk of the fused loss; 0 = default_chunk_size
+    fused_ce: bool = False  # training loss via chunked_ce (no logits returned); see top
+    ce_chunk: int = 0  # rows per chunk of the fused loss; 0 = default_chunk_size
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -70,7 +71,7 @@ class GPTModelOutput:
 
 @dataclass
 class CausalLMOutput:
-    logits: torch.Tensor | None   # None from a fused_ce training forward with labels
+    logits: torch.Tensor | None  # None from a fused_ce training forward with labels
     loss: torch.Tensor | None = None
     past_key_values: tuple | None = None  # per layer (k, v), each (B, n_head, T_total, head_dim)
 
@@ -157,8 +158,12 @@ class GPTLMHeadModel(nn.Module):
     def forward(self, input_ids, labels=None, past_key_values=None, use_cache=False) -> CausalLMOutput:
         out = self.transformer(input_ids, past_key_values, use_cache)
         if self.config.fused_ce and labels is not None and self.training and not use_cache:
-            loss = linear_cross_entropy(out.last_hidden_state, self.lm_head.weight,  # (B, T, C), (V, C)
-                                        shift_labels(labels), chunk_size=self.config.ce_chunk)  # -> scalar
+            loss = linear_cross_entropy(
+                out.last_hidden_state,
+                self.lm_head.weight,  # (B, T, C), (V, C)
+                shift_labels(labels),
+                chunk_size=self.config.ce_chunk,
+            )  # -> scalar
             return CausalLMOutput(None, loss, out.past_key_values)
         logits = self.lm_head(out.last_hidden_state)  # (B, T, V)
         loss = None
@@ -176,8 +181,11 @@ def causal_lm_loss(logits, labels, ignore_index: int = -100):
     """HF's shift: logits[:, t] predict labels[:, t+1]. Shifting the labels (pad with -100)
     rather than slicing logits[:, :-1] avoids copying the (B, T, V) logits."""
     shifted = shift_labels(labels, ignore_index)  # (B, T)
-    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1),  # (B·T, V) vs (B·T,)
-                           ignore_index=ignore_index)  # -> scalar
+    return F.cross_entropy(
+        logits.float().view(-1, logits.shape[-1]),
+        shifted.reshape(-1),  # (B·T, V) vs (B·T,)
+        ignore_index=ignore_index,
+    )  # -> scalar
 
 
 def use_custom_functions(model: nn.Module, attention: bool = True) -> nn.Module:

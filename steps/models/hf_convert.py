@@ -7,6 +7,7 @@ Two differences only:
    (split along the output dimension, in that order).
 The same functions convert gradients (a dict of .grad tensors has the same shapes as the weights).
 """
+
 from __future__ import annotations
 
 import re
@@ -27,20 +28,38 @@ def config_from_hf(hf) -> GPTConfig:
         raise ValueError(f"activation_function {hf.activation_function!r} unsupported")
     if hf.scale_attn_by_inverse_layer_idx or not hf.scale_attn_weights:
         raise ValueError("only GPT-2's 1/sqrt(head_dim) attention scaling is supported")
-    return GPTConfig(vocab_size=hf.vocab_size, block_size=hf.n_positions, n_layer=hf.n_layer,
-                     n_head=hf.n_head, n_embd=hf.n_embd, dropout=hf.resid_pdrop, bias=True,
-                     activation=hf.activation_function, layer_norm_eps=hf.layer_norm_epsilon,
-                     tie_weights=hf.tie_word_embeddings)
+    return GPTConfig(
+        vocab_size=hf.vocab_size,
+        block_size=hf.n_positions,
+        n_layer=hf.n_layer,
+        n_head=hf.n_head,
+        n_embd=hf.n_embd,
+        dropout=hf.resid_pdrop,
+        bias=True,
+        activation=hf.activation_function,
+        layer_norm_eps=hf.layer_norm_epsilon,
+        tie_weights=hf.tie_word_embeddings,
+    )
 
 
 def hf_config_from_ours(c: GPTConfig):
     if c.pos != "learned" or c.norm != "layernorm" or not c.bias:
         raise ValueError("only pos=learned, norm=layernorm, bias=True has a GPT-2 equivalent")
-    return GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_layer=c.n_layer,
-                      n_head=c.n_head, n_embd=c.n_embd, resid_pdrop=c.dropout,
-                      embd_pdrop=c.dropout, attn_pdrop=c.dropout, activation_function=c.activation,
-                      layer_norm_epsilon=c.layer_norm_eps, tie_word_embeddings=c.tie_weights,
-                      bos_token_id=None, eos_token_id=None)
+    return GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=c.block_size,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        n_embd=c.n_embd,
+        resid_pdrop=c.dropout,
+        embd_pdrop=c.dropout,
+        attn_pdrop=c.dropout,
+        activation_function=c.activation,
+        layer_norm_epsilon=c.layer_norm_eps,
+        tie_word_embeddings=c.tie_weights,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
 
 
 def hf_to_ours_state_dict(sd: dict) -> dict:

@@ -3,6 +3,7 @@
 backward: dx = g W, dW = g^T x (summed over all leading dims), db = sum(g).
 HF GPT-2 stores the same map as Conv1D with W^T, (in, out) — see hf_convert.py.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 An additive mask (0 / -inf) is `np.where(mask, 0, -inf)`; HF adds the dtype's min instead of
 -inf so that fully masked rows (padding queries) stay finite.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 GPT-2 uses "gelu_new", the tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)));
 "gelu" is the exact x·Phi(x). They differ by ~1e-3, enough to break a parity check.
 """
+
 from __future__ import annotations
 
 from functools import partial

@@ -7,6 +7,7 @@ Both backwards use the normalised x̂ and rstd = 1/sqrt(...) saved in forward:
   LayerNorm: dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ x̂)),  ĝ = g * w
   RMSNorm:   dx = rstd * (ĝ - x̂ * mean(ĝ x̂))
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -5,6 +5,7 @@ record embeddings, each block's ln_1 / attn / residual / ln_2 / mlp / output, ln
 then one loss is back-propagated in both and every parameter's gradient is compared after
 converting HF's gradients with the same function that converts its weights.
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,6 +26,7 @@ def record_activations(model, n_layer: int) -> tuple[dict, list]:
     def save(name, use_input=False):
         def hook(mod, inp, out):
             acts[name] = (inp[0] if use_input else _first(out)).detach()
+
         return hook
 
     for i in range(n_layer):
@@ -45,8 +47,7 @@ def _err(a, b):
     return float((a.detach().double() - b.detach().double()).abs().max())
 
 
-def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float | None = None,
-            custom: bool = False):
+def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float | None = None, custom: bool = False):
     """Rows (kind, point, max_abs_err, ref_max_abs, tolerance, pass) for one dtype.
     With rel_tol (fp32), a point's tolerance is rel_tol * max(1, |reference|max): fp32 rounding
     error grows with magnitude (GPT-2's residual stream reaches the thousands).
@@ -62,13 +63,19 @@ def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float
         ref = float(b.detach().double().abs().max())
         t = abs_tol if abs_tol is not None else (tol if rel_tol is None else rel_tol * max(1.0, ref))
         e = _err(a, b)
-        rows.append({"kind": kind, "point": point, "max_abs_err": e, "ref_max_abs": ref,
-                     "tolerance": t, "pass": bool(e <= t)})
+        rows.append(
+            {"kind": kind, "point": point, "max_abs_err": e, "ref_max_abs": ref, "tolerance": t, "pass": bool(e <= t)}
+        )
 
     back = ours_to_hf_state_dict(ours.state_dict())
     sd = hf.state_dict()
-    add("weights", "HF -> ours -> HF state dict", torch.stack([_err(back[k], sd[k]) * torch.ones(()) for k in back]),
-        torch.zeros(len(back)), 0.0)
+    add(
+        "weights",
+        "HF -> ours -> HF state dict",
+        torch.stack([_err(back[k], sd[k]) * torch.ones(()) for k in back]),
+        torch.zeros(len(back)),
+        0.0,
+    )
 
     (a_h, h_h), (a_o, h_o) = record_activations(hf, n_layer), record_activations(ours, n_layer)
     out_h, out_o = hf(ids, labels=ids), ours(ids, labels=ids)

@@ -6,6 +6,7 @@ so q·k depends only on the distance between positions. The pairs can be chosen 
 - NeoX / rotate-half (GPT-NeoX, Llama): pairs (x_i, x_{i+d/2}).
 Same maths, different memory layout; weights trained with one are not usable with the other.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 backward: for y = softmax(x), dL/dx = y * (g - sum(g * y)), the Jacobian-vector product
 without ever building the (n, n) Jacobian.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -21,6 +21,7 @@ Options (the perf knobs that belong to the step, not to the model):
 Model knobs (attention kind, activation checkpointing, fused kernels, vocabulary padding) are
 the model's config: `steps.perf.step.build_model` applies them.
 """
+
 from __future__ import annotations
 
 import time
@@ -73,12 +74,16 @@ def make_optimizer(model: torch.nn.Module, opts: StepOptions) -> torch.optim.Opt
     the per-tensor loop, foreach (multi-tensor) or fused (one kernel; falls back to the default
     where a parameter's device or dtype has no fused kernel)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    impl = {"default": {}, "forloop": {"foreach": False}, "foreach": {"foreach": True},
-            "fused": {"fused": True}}[opts.adamw]
-    if opts.adamw == "fused" and not all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point
-                                         for p in params):
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    impl = {"default": {}, "forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[
+        opts.adamw
+    ]
+    if opts.adamw == "fused" and not all(
+        p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params
+    ):
         impl = {}
     return torch.optim.AdamW(groups, lr=opts.lr, betas=tuple(opts.betas), **impl)
 
@@ -96,22 +101,27 @@ class TrainStep:
     micro-batch), "after backward", "after step" and "after zero_grad": the perf stage's memory
     timeline and the sharding reference's per-step gradients read the state there."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, opts: StepOptions,
-                 optimizer: torch.optim.Optimizer | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        opts: StepOptions,
+        optimizer: torch.optim.Optimizer | None = None,
+    ):
         self.opts, self.device, self.model = opts, device, model
         self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         set_tf32(opts.tf32, device)
         self.optimizer = optimizer if optimizer is not None else make_optimizer(model, opts)
         # fp16 gradients underflow without loss scaling; accelerate brings its own scaler
-        self.scaler = (torch.amp.GradScaler(device.type) if opts.amp == "fp16" and not opts.accelerate
-                       else None)
+        self.scaler = torch.amp.GradScaler(device.type) if opts.amp == "fp16" and not opts.accelerate else None
         self.accelerator = None
         self.forward = model
         if opts.accelerate:
             from accelerate import Accelerator  # optional path: only its cells pay for the import
 
-            self.accelerator = Accelerator(cpu=device.type == "cpu",
-                                           mixed_precision="no" if opts.amp == "none" else opts.amp)
+            self.accelerator = Accelerator(
+                cpu=device.type == "cpu", mixed_precision="no" if opts.amp == "none" else opts.amp
+            )
             self.forward, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         if opts.compile:
             self.forward = torch.compile(self.forward, mode=opts.compile_mode)
@@ -152,8 +162,9 @@ class TrainStep:
         else:
             self.optimizer.step()
 
-    def step(self, micro_batches: Sequence[torch.Tensor],
-             probe: Callable[[str], None] | None = None) -> tuple[float, torch.Tensor]:
+    def step(
+        self, micro_batches: Sequence[torch.Tensor], probe: Callable[[str], None] | None = None
+    ) -> tuple[float, torch.Tensor]:
         """One optimizer step over the micro-batches (labels = inputs; the model shifts):
         returns (mean loss over micro-batches, grad norm)."""
         probe = probe or (lambda label: None)

@@ -6,6 +6,7 @@ Exact resume: the batch of step s is drawn from an RNG seeded by (seed, s, micro
 checkpoint holds model, optimizer, torch RNG (dropout) and the metric history, so a run killed
 after step k and restarted reaches the same weights as one that never stopped.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,7 @@ def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device,
 @dataclass
 class TrainState:
     step: int = 0
-    history: list = field(default_factory=list)   # dicts: step, lr, train_loss[, val_loss]
+    history: list = field(default_factory=list)  # dicts: step, lr, train_loss[, val_loss]
     train_time_s: float = 0.0
     tokens: int = 0
 
@@ -67,8 +68,16 @@ class TrainState:
 def save_checkpoint(path: Path, model, opt, state: TrainState, extra: dict) -> None:
     """Atomic (write + rename): a kill during the save leaves the previous checkpoint intact."""
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state.__dict__,
-                "torch_rng": torch.get_rng_state(), **extra}, tmp)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "state": state.__dict__,
+            "torch_rng": torch.get_rng_state(),
+            **extra,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -80,9 +89,18 @@ def load_checkpoint(path: Path, model, opt) -> tuple[TrainState, dict]:
     return TrainState(**ck["state"]), ck
 
 
-def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindows, p: dict,
-          device, ckpt: Path, extra: dict, log=lambda metrics, step: None, progress=None,
-          stop_after: int | None = None) -> TrainState:
+def train(
+    model: GPTLMHeadModel,
+    train_data: TokenWindows,
+    val_data: TokenWindows,
+    p: dict,
+    device,
+    ckpt: Path,
+    extra: dict,
+    log=lambda metrics, step: None,
+    progress=None,
+    stop_after: int | None = None,
+) -> TrainState:
     """Train to p['max_steps'], resuming from `ckpt` if it exists with the same fingerprint.
     `stop_after` ends the loop early (after its checkpoint) — the tests' stand-in for a kill."""
     ts = TrainStep(model, device, StepOptions.from_params(p))
@@ -125,8 +143,9 @@ def train(model: GPTLMHeadModel, train_data: TokenWindows, val_data: TokenWindow
     return state
 
 
-def benchmark(make_model, batch: torch.Tensor, device, opts: StepOptions, steps: int, warmup: int,
-              repeats: int = 1) -> float:
+def benchmark(
+    make_model, batch: torch.Tensor, device, opts: StepOptions, steps: int, warmup: int, repeats: int = 1
+) -> float:
     """Training steps/s of a fresh model under the one training step (forward + backward +
     clipping + AdamW): best of `repeats` timed windows. `make_model()` returns a model whose
     forward takes (input_ids, labels=) -- ours or HF's."""

@@ -13,6 +13,7 @@ comm.py counts torch's collectives and jax/measure.py the compiled HLO's with th
 state = params + grads + optimizer moments = plan.state_tensors × the local parameter count
 (4 with Adam, 3 with SGD-momentum).
 """
+
 from __future__ import annotations
 
 from steps.parallel.plan import Plan
@@ -78,8 +79,11 @@ def mlp_comm(plan: Plan) -> float:
 
 def mlp_costs(plan: Plan) -> dict:
     """The engines' analytic(): state bytes, comm bytes, parameter count of the MLP."""
-    return {"state_bytes": plan.state_tensors * mlp_local_params(plan) * plan.bytes_per_elem,
-            "comm_bytes": mlp_comm(plan), "params": mlp_psi(plan)}
+    return {
+        "state_bytes": plan.state_tensors * mlp_local_params(plan) * plan.bytes_per_elem,
+        "comm_bytes": mlp_comm(plan),
+        "params": mlp_psi(plan),
+    }
 
 
 # ---- the GPT (native torch, and its blocks in JAX) ---------------------------------------------
@@ -131,5 +135,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
 
 def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = None) -> dict:
     """The engines' analytic() for the GPT (or its blocks): state bytes, comm bytes, parameters."""
-    return {"state_bytes": plan.state_tensors * gpt_local_params(plan, shapes, stage_params) * plan.bytes_per_elem,
-            "comm_bytes": gpt_comm(plan, shapes), "params": sum(shapes.values())}
+    return {
+        "state_bytes": plan.state_tensors * gpt_local_params(plan, shapes, stage_params) * plan.bytes_per_elem,
+        "comm_bytes": gpt_comm(plan, shapes),
+        "params": sum(shapes.values()),
+    }

@@ -6,6 +6,7 @@ The from-scratch strategies call the wrappers below (only in-place primitives). 
 (DDP's C++ reducer, FSDP2, DTensor) is counted by `NativeCommMode`, a dispatch mode that sees the
 same c10d / functional-collective ops on their way to the process group.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -129,13 +130,29 @@ class NativeCommMode(TorchDispatchMode):
             inb = sum(_nbytes(t) for t in _tensors(args[0])) if args else 0
             if name in ("allreduce", "all_reduce", "allreduce_coalesced", "all_reduce_coalesced"):
                 self.counter.add("all_reduce", inb, n)
-            elif name in ("_allgather_base", "allgather_into_tensor_coalesced", "all_gather_into_tensor",
-                          "all_gather_into_tensor_coalesced", "allgather"):
-                src = args[1] if name in ("_allgather_base", "allgather_into_tensor_coalesced", "allgather") else args[0]
+            elif name in (
+                "_allgather_base",
+                "allgather_into_tensor_coalesced",
+                "all_gather_into_tensor",
+                "all_gather_into_tensor_coalesced",
+                "allgather",
+            ):
+                src = (
+                    args[1] if name in ("_allgather_base", "allgather_into_tensor_coalesced", "allgather") else args[0]
+                )
                 self.counter.add("all_gather", sum(_nbytes(t) for t in _tensors(src)) * n, n)
-            elif name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter_tensor",
-                          "reduce_scatter_tensor_coalesced", "reduce_scatter"):
-                src = args[1] if name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter") else args[0]
+            elif name in (
+                "_reduce_scatter_base",
+                "reduce_scatter_tensor_coalesced",
+                "reduce_scatter_tensor",
+                "reduce_scatter_tensor_coalesced",
+                "reduce_scatter",
+            ):
+                src = (
+                    args[1]
+                    if name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter")
+                    else args[0]
+                )
                 self.counter.add("reduce_scatter", sum(_nbytes(t) for t in _tensors(src)), n)
             elif name in ("broadcast",):
                 self.counter.add("broadcast", inb, n)

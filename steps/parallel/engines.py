@@ -10,6 +10,7 @@ Two kinds of engine, by how a cell's processes start:
   torchrun  one process per rank: `Engine(plan, dtype)` is a RankEngine, driven by worker.run
   jax       one process holding all N devices: `Engine(plan)` is a DeviceEngine, run(out) is the cell
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ class Entry:
     backend: str
     strategy: str
     process: str  # TORCHRUN | JAX
-    target: str   # "package.module:Class"
+    target: str  # "package.module:Class"
 
     def load(self):
         module, _, attr = self.target.partition(":")
@@ -77,7 +78,9 @@ def register(backend: str, process: str, target: str, strategies) -> None:
 
 _JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pp: no JAX pipeline here
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
-register("torch_native", TORCHRUN, "steps.parallel.native.engine:NativeEngine", ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp"))
+register(
+    "torch_native", TORCHRUN, "steps.parallel.native.engine:NativeEngine", ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")
+)
 register("torch_native", TORCHRUN, "steps.parallel.native.engine:PipelineEngine", ("pp",))
 register("jax_jit", JAX, "steps.parallel.jax.engine:JitEngine", _JAX_STRATEGIES)
 register("jax_shard_map", JAX, "steps.parallel.jax.engine:ShardMapEngine", _JAX_STRATEGIES)
@@ -99,8 +102,9 @@ def entry(backend: str, strategy: str) -> Entry:
     runs = [s for b, s in ENGINES if b == backend]
     elsewhere = [b for b, s in ENGINES if s == strategy and b != "jax_lessons"]
     fix = f"use backend {' or '.join(elsewhere)}" if elsewhere else "no backend runs it"
-    raise PlanError(f"sharding: backend {backend} has no engine for strategy {strategy!r} "
-                    f"(it runs {', '.join(runs)}); {fix}")
+    raise PlanError(
+        f"sharding: backend {backend} has no engine for strategy {strategy!r} (it runs {', '.join(runs)}); {fix}"
+    )
 
 
 def load(plan):

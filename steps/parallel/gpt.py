@@ -1,5 +1,6 @@
 """Our GPT (steps/models/gpt.py) as the torch sharding engines and the single-device reference
 build it: same seed -> same weights on every rank, same global batches."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -14,6 +14,7 @@ Where a cell runs (decided here, before anything starts, from `device` and the G
                host devices / gloo is asked for by choosing auto). launch.dist_backend: nccl is
                GPU-only either way.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,6 +60,7 @@ def cuda_gpus() -> int:
     """NVIDIA GPUs visible to this process (torch's count, also the proxy for JAX's). Imports
     torch, so the stage calls it only when a GPU is possible (a CPU cell's job stays torch-free)."""
     import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -88,8 +90,10 @@ def torch_backend(plan: Plan, device: str, n_gpus: int) -> str:
         return "gloo"  # auto: a cell that does not fit on the GPUs runs on the CPU
     why = "launch.dist_backend nccl" if asked == "nccl" and device != "cuda" else "device cuda"
     fix = "launch.dist_backend gloo and device auto run" if asked == "nccl" else "device auto runs"
-    raise NotEnoughGPUs(f"skipped: needs {_gpus(need)}, found {n_gpus} ({why}: one GPU per rank of mesh "
-                        f"{plan.mesh_str}, NCCL runs no two ranks on one GPU; {fix} it on the CPU)")
+    raise NotEnoughGPUs(
+        f"skipped: needs {_gpus(need)}, found {n_gpus} ({why}: one GPU per rank of mesh "
+        f"{plan.mesh_str}, NCCL runs no two ranks on one GPU; {fix} it on the CPU)"
+    )
 
 
 def jax_env(plan: Plan, device: str, n_gpus: int, jax_cuda: bool) -> dict:
@@ -101,10 +105,15 @@ def jax_env(plan: Plan, device: str, n_gpus: int, jax_cuda: bool) -> dict:
         return {"JAX_PLATFORMS": "cuda", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if device == "cuda":
         found = n_gpus if jax_cuda else 0
-        hint = "" if jax_cuda else (f"; torch sees {n_gpus}, but the installed jax has no CUDA plugin "
-                                    "(pip install \"jax[cuda12]\")")
-        raise NotEnoughGPUs(f"skipped: needs {_gpus(need)}, found {found} (JAX mesh {plan.mesh_str}{hint}; "
-                            "device auto runs it on CPU host devices)")
+        hint = (
+            ""
+            if jax_cuda
+            else (f'; torch sees {n_gpus}, but the installed jax has no CUDA plugin (pip install "jax[cuda12]")')
+        )
+        raise NotEnoughGPUs(
+            f"skipped: needs {_gpus(need)}, found {found} (JAX mesh {plan.mesh_str}{hint}; "
+            "device auto runs it on CPU host devices)"
+        )
     return {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={need}"}
 
 
@@ -113,14 +122,30 @@ def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
     nnodes = int(ln.get("nnodes", 1))
     if plan.world % nnodes:
         raise LaunchError(f"world {plan.world} (mesh {plan.mesh}) does not split over nnodes={nnodes}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--max_restarts", "0",
-           "--nproc_per_node", str(plan.world // nnodes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--max_restarts",
+        "0",
+        "--nproc_per_node",
+        str(plan.world // nnodes),
+    ]
     if nnodes == 1 and not ln.get("rdzv_endpoint"):
         cmd.append("--standalone")
     else:  # multi-node: every node runs the same job with its node_rank and the shared endpoint
-        cmd += ["--nnodes", str(nnodes), "--node_rank", str(ln.get("node_rank", 0)),
-                "--rdzv_backend", "c10d", "--rdzv_endpoint", ln["rdzv_endpoint"],
-                "--rdzv_id", str(ln.get("rdzv_id", "sharding"))]
+        cmd += [
+            "--nnodes",
+            str(nnodes),
+            "--node_rank",
+            str(ln.get("node_rank", 0)),
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            ln["rdzv_endpoint"],
+            "--rdzv_id",
+            str(ln.get("rdzv_id", "sharding")),
+        ]
     return cmd + ["-m", "steps.parallel.worker", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
@@ -134,8 +159,13 @@ def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict |
     for old in out.glob("rank*.json"):
         old.unlink()
     tag = uuid.uuid4().hex  # marks every process of this launch, whatever its session
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", **(env_extra or {}),
-           "N00BGPT_LAUNCH": tag}
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "OMP_NUM_THREADS": "1",
+        **(env_extra or {}),
+        "N00BGPT_LAUNCH": tag,
+    }
     log = out / "processes.log"
     t0 = time.time()
     with open(log, "w") as fh:

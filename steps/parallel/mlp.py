@@ -6,6 +6,7 @@ W1 is split on its output rows (column-parallel), W2 on its input columns (row-p
 Every (sharded) MLP is a Stack of blocks with the same two methods: train_step(x, y) and
 full_state(kind).
 """
+
 from __future__ import annotations
 
 import torch

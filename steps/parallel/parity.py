@@ -4,6 +4,7 @@ Works on torch tensors and on numpy/JAX arrays without importing either framewor
 stays torch-free). Torch tensors are compared in float64 on the CPU: a gathered pipeline state is
 on the CPU (comm.gather_state) while rank 0's reference stays on its GPU under NCCL.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +25,8 @@ def abs_diff(a, b):
 def max_delta(a: dict, b: dict) -> tuple[float, str]:
     """Largest |a - b| over all tensors of two {name: tensor} states, and the name it is in."""
     if set(a) != set(b):
-        raise RuntimeError(f"parity: names differ between sharded and reference state: only sharded "
-                           f"{sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}")
+        raise RuntimeError(
+            f"parity: names differ between sharded and reference state: only sharded "
+            f"{sorted(set(a) - set(b))[:4]}, only reference {sorted(set(b) - set(a))[:4]}"
+        )
     return max((float(abs_diff(a[k], b[k]).max()), k) for k in a)

@@ -5,6 +5,7 @@ native/parallelize.py, scratch/), JAX hands it to the compiler as shardings (jax
 runs a (backend, strategy) is engines.py's table. Nothing here imports torch or jax at import time:
 the Snakemake job that launches a cell and the JAX process read the plan too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # strategy -> the mesh axes it needs, in mesh order (outer axis first)
-STRATEGY_AXES = {"single": (), "dp": ("dp",), "fsdp": ("fsdp",), "tp": ("tp",), "pp": ("pp",),
-                 "dp_tp": ("dp", "tp"), "fsdp_tp": ("fsdp", "tp")}
+STRATEGY_AXES = {
+    "single": (),
+    "dp": ("dp",),
+    "fsdp": ("fsdp",),
+    "tp": ("tp",),
+    "pp": ("pp",),
+    "dp_tp": ("dp", "tp"),
+    "fsdp_tp": ("fsdp", "tp"),
+}
 PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp"}
 BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
 
@@ -29,22 +37,30 @@ class Plan:
     backend: str = "torch_scratch"
     strategy: str = "dp"
     mesh: dict = field(default_factory=lambda: {"dp": 2})
-    schedule: str = "gpipe"            # pp only: gpipe | 1f1b
-    microbatches: int = 4              # pp only
-    model: str = "mlp"                 # mlp | gpt
-    dtype: str = "float32"             # float32 | float64
-    steps: int = 3                     # K optimizer steps compared against one device
-    batch_size: int = 16               # global batch (rows for the MLP, sequences for the GPT)
+    schedule: str = "gpipe"  # pp only: gpipe | 1f1b
+    microbatches: int = 4  # pp only
+    model: str = "mlp"  # mlp | gpt
+    dtype: str = "float32"  # float32 | float64
+    steps: int = 3  # K optimizer steps compared against one device
+    batch_size: int = 16  # global batch (rows for the MLP, sequences for the GPT)
     lr: float = 1e-3
-    optimizer: str = "adam"            # adam | sgd (momentum 0.9): see parity note in optimizer_for()
+    optimizer: str = "adam"  # adam | sgd (momentum 0.9): see parity note in optimizer_for()
     seed: int = 1234
-    cross_backend: bool = False        # jax cells: also run the torch single-device step and compare
-    sequence_parallel: bool = False    # native TP on the GPT: shard LayerNorm/dropout activations on sequence
+    cross_backend: bool = False  # jax cells: also run the torch single-device step and compare
+    sequence_parallel: bool = False  # native TP on the GPT: shard LayerNorm/dropout activations on sequence
     mlp: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "layers": 4})
-    gpt: dict = field(default_factory=lambda: {"vocab_size": 128, "block_size": 16, "n_layer": 2,
-                                               "n_head": 4, "n_embd": 32})
-    launch: dict = field(default_factory=lambda: {"nnodes": 1, "rdzv_endpoint": "", "node_rank": 0,
-                                                  "timeout_s": 120, "dist_backend": "gloo"})
+    gpt: dict = field(
+        default_factory=lambda: {"vocab_size": 128, "block_size": 16, "n_layer": 2, "n_head": 4, "n_embd": 32}
+    )
+    launch: dict = field(
+        default_factory=lambda: {
+            "nnodes": 1,
+            "rdzv_endpoint": "",
+            "node_rank": 0,
+            "timeout_s": 120,
+            "dist_backend": "gloo",
+        }
+    )
     fault: dict = field(default_factory=lambda: {"kill_rank": -1, "at_step": 1, "mode": "exit"})
 
     @classmethod
@@ -87,8 +103,10 @@ class Plan:
         if self.backend == "jax_lessons":
             return
         if tuple(self.mesh) != want:
-            raise PlanError(f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
-                            f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}")
+            raise PlanError(
+                f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
+                f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}"
+            )
         if any(int(v) < 1 for v in self.mesh.values()):
             raise PlanError(f"sharding.mesh sizes must be >= 1, got {self.mesh}")
         dp = self.axis(self.data_axis) if self.data_axis else 1
@@ -98,7 +116,9 @@ class Plan:
             if self.schedule not in ("gpipe", "1f1b"):
                 raise PlanError(f"sharding.schedule {self.schedule!r}: use gpipe or 1f1b")
             if self.batch_size % self.microbatches:
-                raise PlanError(f"sharding.batch_size {self.batch_size} must divide by microbatches {self.microbatches}")
+                raise PlanError(
+                    f"sharding.batch_size {self.batch_size} must divide by microbatches {self.microbatches}"
+                )
         layers = self.mlp["layers"] if self.model == "mlp" else self.gpt["n_layer"]
         if self.strategy == "pp" and layers % self.axis("pp"):
             raise PlanError(f"sharding: {layers} layers do not split evenly over pp={self.axis('pp')} stages")
@@ -123,6 +143,7 @@ class Plan:
         1e-5 params on the GPT with TP in fp32); SGD's update is lr-Lipschitz in the gradient.
         foreach=False: the foreach kernels reject a mix of Tensor and DTensor parameters."""
         import torch  # only where an optimizer is built: the launching job and JAX cells stay torch-free
+
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.lr, foreach=False)
         return torch.optim.SGD(params, lr=self.lr, momentum=0.9, foreach=False)

@@ -7,6 +7,7 @@ same global batches, one process, the plan's optimizer (parity.max_delta compare
 The first two share one loop, single_device(); the GPT runs the one training step that gpt_train
 and perf use (no clipping: the sharded engines do not clip).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,10 @@ def single_device(plan: Plan, model: torch.nn.Module, batches, state) -> tuple[l
 
 def mlp_reference(plan: Plan, full: dict[str, torch.Tensor], dtype) -> tuple[list, list, dict]:
     model = MLP(full)
-    batches = [[torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, step)]
-               for step in range(plan.steps)]
+    batches = [
+        [torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, step)]
+        for step in range(plan.steps)
+    ]
     return single_device(plan, model, batches, model.full_state)
 
 
@@ -50,12 +53,12 @@ def gpt_blocks_reference(plan: Plan, weights: dict, batches: list) -> tuple[list
     cfg = GPTConfig(**plan.gpt, dropout=0.0)
     blocks = torch.nn.Sequential(*(Block(cfg) for _ in range(plan.gpt["n_layer"]))).to(dtype)
     prefix = "transformer.h."
-    blocks.load_state_dict({k[len(prefix):]: torch.tensor(v, dtype=dtype) for k, v in weights.items()})
+    blocks.load_state_dict({k[len(prefix) :]: torch.tensor(v, dtype=dtype) for k, v in weights.items()})
 
     def state(kind):
         return {prefix + k: (p if kind == "param" else p.grad).detach() for k, p in blocks.named_parameters()}
-    losses, _, params = single_device(plan, blocks, [[torch.tensor(a, dtype=dtype) for a in b] for b in batches],
-                                      state)
+
+    losses, _, params = single_device(plan, blocks, [[torch.tensor(a, dtype=dtype) for a in b] for b in batches], state)
     return losses, {k: v.numpy() for k, v in params.items()}
 
 
@@ -63,8 +66,9 @@ def gpt_reference(plan: Plan, dtype) -> tuple[list, list, dict]:
     """The GPT on one device through TrainStep with the plan's optimizer: per-step losses and
     gradients, final parameters."""
     model = full_model(plan, dtype)
-    ts = TrainStep(model, torch.get_default_device(), StepOptions(grad_clip=0.0),
-                   optimizer=plan.optimizer_for(model.parameters()))
+    ts = TrainStep(
+        model, torch.get_default_device(), StepOptions(grad_clip=0.0), optimizer=plan.optimizer_for(model.parameters())
+    )
     losses, grads = [], []
 
     def record_grads(label):

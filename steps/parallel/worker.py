@@ -5,6 +5,7 @@ also runs the engine's single-device reference on the same global batches from t
 and compares loss, gradients (every step) and parameters (after K steps) with parity.max_delta.
 Each rank writes DIR/rank<r>.json; the parent (launch.py) gathers.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,7 @@ def local_bytes(tensors) -> int:
 def state_bytes(params, opt) -> dict:
     """Params, grads and optimizer moments this rank holds (DTensor: its local shard)."""
     moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
-    return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params),
-            "optim": local_bytes(moments)}
+    return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params), "optim": local_bytes(moments)}
 
 
 def device_sync() -> None:
@@ -52,7 +52,7 @@ def maybe_fault(plan: Plan, rank: int, step: int) -> None:
     f = plan.fault
     if f.get("kill_rank", -1) == rank and step == f.get("at_step", 1):
         if f.get("mode", "exit") == "hang":
-            time.sleep(10 ** 6)
+            time.sleep(10**6)
         os._exit(17)
 
 

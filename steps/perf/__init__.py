@@ -8,6 +8,7 @@ while Snakemake plans the DAG (which runs this file first), and `python -m steps
 itself with a malloc setting before any real work (__main__.py). So `run` imports the cell logic
 when a cell runs, and the figures import matplotlib when the report draws them.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -18,12 +19,14 @@ from steps.stage import Stage
 
 def run(ctx):
     from steps.perf.stage import run as run_cell  # see the module docstring: not at planning time
+
     return run_cell(ctx)
 
 
 def report_figures(table, out_dir, folders):
     """Bar chart of tokens/s per cell (skipped cells grey) + the timeline cell's memory plot."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -37,12 +40,16 @@ def report_figures(table, out_dir, folders):
     labels = [f"{c}\n(skipped)" if s != "ok" else c for c, s in zip(table["cell"], table["status"])]
     values = table["tokens/s"].astype(float).fillna(0.0)
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(table)), 4))
-    bars = ax.bar(range(len(table)), values, color=["tab:blue" if s == "ok" else "lightgray"
-                                                    for s in table["status"]])
+    bars = ax.bar(range(len(table)), values, color=["tab:blue" if s == "ok" else "lightgray" for s in table["status"]])
     for bar, x in zip(bars, table.get("× baseline", [None] * len(table))):
         if x == x and x is not None:  # not NaN
-            ax.annotate(f"{float(x):.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                f"{float(x):.2f}×",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
     ax.set_xticks(range(len(table)), labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("tokens/s (median)")
     ax.set_title(f"perf matrix on {table['device'].dropna().iloc[0] if table['device'].notna().any() else '?'}")
@@ -53,7 +60,8 @@ def report_figures(table, out_dir, folders):
 
 
 STAGE = Stage(
-    __spec__.name, run,
+    __spec__.name,
+    run,
     columns={
         "Desc": "info.desc",
         "Change": "info.change",

@@ -1,6 +1,7 @@
 """A perf cell against its baseline cell: the Desc and Change columns (every resolved key that
 differs), speedup, and loss drift when both trained the same trajectory. The baseline's numbers
 come from its metrics.json (the rule makes every other cell depend on it)."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,16 @@ from pathlib import Path
 from steps.tracking import StageRun
 
 # Keys whose change alters the data or the optimisation path: the loss is then not comparable.
-SAME_TRAJECTORY = ("model", "batch_size", "data_batches", "warmup_steps", "timed_steps", "lr",
-                   "weight_decay", "grad_clip")
+SAME_TRAJECTORY = (
+    "model",
+    "batch_size",
+    "data_batches",
+    "warmup_steps",
+    "timed_steps",
+    "lr",
+    "weight_decay",
+    "grad_clip",
+)
 NOT_A_CHANGE = ("desc",)
 
 
@@ -24,8 +33,11 @@ def flat(d: dict, prefix: str = "") -> dict:
 def describe_change(params: dict, base: dict) -> str:
     """`k=v` for every resolved key that differs from the baseline cell's resolved config."""
     a, b = flat(params), flat(base)
-    return ", ".join(f"{k}={a.get(k)}" for k in sorted(set(a) | set(b))
-                     if a.get(k) != b.get(k) and k.split(".")[0] not in NOT_A_CHANGE)
+    return ", ".join(
+        f"{k}={a.get(k)}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k) and k.split(".")[0] not in NOT_A_CHANGE
+    )
 
 
 def load_baseline(ctx: StageRun) -> dict | None:
@@ -45,8 +57,7 @@ def describe_cell(ctx: StageRun) -> dict | None:
     if ctx.cell == ctx.params["baseline_cell"]:
         ctx.info["change"] = ""
     else:
-        ctx.info["change"] = (describe_change(ctx.params, base["info"]["params"]) if base
-                              else "(baseline not available)")
+        ctx.info["change"] = describe_change(ctx.params, base["info"]["params"]) if base else "(baseline not available)"
     return base
 
 

@@ -1,6 +1,7 @@
 """A perf cell's memory footprint: the peak of a full steady-state step (CUDA allocator peaks, or
 VmHWM growth on CPU) and the analytic-vs-measured table of one step's memory (state, saved
 activations, peak), with the metrics the report reads from it."""
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,10 @@ class PeakMemory:
 
     def read(self) -> dict:
         if self.cuda:
-            return {"peak_mem_mib": torch.cuda.max_memory_allocated() / MiB,
-                    "peak_reserved_mib": torch.cuda.max_memory_reserved() / MiB}
+            return {
+                "peak_mem_mib": torch.cuda.max_memory_allocated() / MiB,
+                "peak_reserved_mib": torch.cuda.max_memory_reserved() / MiB,
+            }
         return {"peak_mem_mib": (hardware.peak_rss_bytes() - self.rss_reset + self.alive) / MiB}
 
 
@@ -52,14 +55,18 @@ def memory_table(ts, micro_batch: int, analytic: dict, peak_bytes: float, compil
     ts.optimizer.zero_grad(set_to_none=True)  # no update: the cell's loss trajectory is untouched
     saved = math.nan if compiled else meter.bytes
     rows = [(k, analytic[k], measured[k]) for k in ("params", "grads", "optimizer", "state")]
-    rows.append((SAVED_ROW,
-                 analytic["activations"] + analytic["autocast_weights"], saved))
+    rows.append((SAVED_ROW, analytic["activations"] + analytic["autocast_weights"], saved))
     rows.append(("logits + cross-entropy gradients", analytic["logits"] + analytic["loss_backward"], math.nan))
     rows.append(("peak of a step", analytic["peak"], peak_bytes))
     df = pd.DataFrame(rows, columns=["component", "analytic", "measured"])
-    return pd.DataFrame({"component": df.component, "analytic_mib": df.analytic / MiB,
-                         "measured_mib": df.measured / MiB,
-                         "err_pct": 100 * (df.measured - df.analytic) / df.analytic})
+    return pd.DataFrame(
+        {
+            "component": df.component,
+            "analytic_mib": df.analytic / MiB,
+            "measured_mib": df.measured / MiB,
+            "err_pct": 100 * (df.measured - df.analytic) / df.analytic,
+        }
+    )
 
 
 def memory_metrics(mt: pd.DataFrame, analytic: dict) -> dict:
@@ -67,8 +74,11 @@ def memory_metrics(mt: pd.DataFrame, analytic: dict) -> dict:
     rows = mt.set_index("component")
     metrics = {}
     for key, row in (("state", "state"), ("saved", SAVED_ROW)):
-        metrics |= {f"mem_{key}_analytic_mib": rows.analytic_mib[row],
-                    f"mem_{key}_measured_mib": rows.measured_mib[row], f"mem_{key}_err_pct": rows.err_pct[row]}
+        metrics |= {
+            f"mem_{key}_analytic_mib": rows.analytic_mib[row],
+            f"mem_{key}_measured_mib": rows.measured_mib[row],
+            f"mem_{key}_err_pct": rows.err_pct[row],
+        }
     metrics["mem_peak_analytic_mib"] = analytic["peak"] / MiB
     metrics["mem_peak_err_pct"] = rows.err_pct["peak of a step"]
     return metrics

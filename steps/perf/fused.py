@@ -13,6 +13,7 @@ Backends (the same autograd.Function, different kernels behind it):
   "eager"    - the reference math itself, unfused; used by the fast unit tests
   "auto"     - triton on CUDA when triton is importable, else compiled
 """
+
 from __future__ import annotations
 
 import functools
@@ -91,14 +92,19 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
 @functools.cache
 def _kernels(backend: str) -> dict:
     """name -> callable for one backend; compiled lazily, once per process."""
-    ref = {"softmax_fwd": softmax_fwd, "softmax_bwd": softmax_bwd,
-           "layernorm_fwd": layernorm_fwd, "layernorm_bwd": layernorm_bwd}
+    ref = {
+        "softmax_fwd": softmax_fwd,
+        "softmax_bwd": softmax_bwd,
+        "layernorm_fwd": layernorm_fwd,
+        "layernorm_bwd": layernorm_bwd,
+    }
     if backend == "eager":
         return ref
     if backend == "compiled":
         return {k: torch.compile(f, dynamic=False) for k, f in ref.items()}
     if backend == "triton":
         from steps.perf import triton_kernels
+
         return triton_kernels.KERNELS
     raise ValueError(f"unknown backend {backend!r}")
 
@@ -148,8 +154,9 @@ class FusedLayerNorm(nn.LayerNorm):
     backend = "auto"
 
     def forward(self, x):
-        return FusedLayerNormFunction.apply(x, self.weight, self.bias, self.eps,
-                                            resolve_backend(self.backend, x.device))
+        return FusedLayerNormFunction.apply(
+            x, self.weight, self.bias, self.eps, resolve_backend(self.backend, x.device)
+        )
 
 
 def fuse_model(model: nn.Module, softmax: bool, layernorm: bool, backend: str = "auto") -> dict:
@@ -178,9 +185,16 @@ def fuse_model(model: nn.Module, softmax: bool, layernorm: bool, backend: str = 
 def fused_kernel_parity(params: dict) -> list[dict]:
     """Rows for the components parity table: float64, the backend the perf cells run here.
     The error is max |Δ| over max(|reference|, 1) for values and all gradients."""
-    return [{"component": f"{r['component']} [{r['backend']}]", "reference": r["reference"],
-             "max_abs_err": max(r["max_err"], r["max_err_grad"]), "tolerance": r["tol"],
-             "pass": r["ok"]} for r in parity_rows(dtype=torch.float64, tol=1e-10)]
+    return [
+        {
+            "component": f"{r['component']} [{r['backend']}]",
+            "reference": r["reference"],
+            "max_abs_err": max(r["max_err"], r["max_err_grad"]),
+            "tolerance": r["tol"],
+            "pass": r["ok"],
+        }
+        for r in parity_rows(dtype=torch.float64, tol=1e-10)
+    ]
 
 
 def _max_diff(a, b) -> float:
@@ -203,8 +217,9 @@ def _compare(fn, ref, inputs: list[torch.Tensor], seed: int = 0) -> tuple[float,
     return _max_diff(*outs), max(_max_diff(a, b) for a, b in zip(*grads))
 
 
-def parity_rows(backend: str = "auto", device: str = "cpu", dtype=torch.float32,
-                shape=(2, 4, 64, 64), tol: float = 1e-5) -> list[dict]:
+def parity_rows(
+    backend: str = "auto", device: str = "cpu", dtype=torch.float32, shape=(2, 4, 64, 64), tol: float = 1e-5
+) -> list[dict]:
     """Fused vs unfused softmax (causal mask) and LayerNorm: scaled max |Δ| of values and grads."""
     from steps.models.attention import causal_mask
     from steps.models.softmax import softmax as unfused_softmax
@@ -218,16 +233,34 @@ def parity_rows(backend: str = "auto", device: str = "cpu", dtype=torch.float32,
     w = (1 + 0.1 * torch.randn(d, generator=gen)).to(device, dtype)
     b = (0.1 * torch.randn(d, generator=gen)).to(device, dtype)
     cases = [
-        ("fused softmax (masked)", "steps.models.softmax.Softmax",
-         lambda t: fused_softmax(t, mask, backend=backend), lambda t: unfused_softmax(t, mask), [x]),
-        ("fused LayerNorm", "torch.nn.functional.layer_norm",
-         lambda t, w_, b_: FusedLayerNormFunction.apply(t, w_, b_, 1e-5, backend),
-         lambda t, w_, b_: F.layer_norm(t, (d,), w_, b_, 1e-5), [h, w, b]),
+        (
+            "fused softmax (masked)",
+            "steps.models.softmax.Softmax",
+            lambda t: fused_softmax(t, mask, backend=backend),
+            lambda t: unfused_softmax(t, mask),
+            [x],
+        ),
+        (
+            "fused LayerNorm",
+            "torch.nn.functional.layer_norm",
+            lambda t, w_, b_: FusedLayerNormFunction.apply(t, w_, b_, 1e-5, backend),
+            lambda t, w_, b_: F.layer_norm(t, (d,), w_, b_, 1e-5),
+            [h, w, b],
+        ),
     ]
     rows = []
     for name, ref_name, fn, ref, inputs in cases:
         dv, dg = _compare(fn, ref, inputs)
-        rows.append({"component": name, "reference": ref_name, "backend": backend,
-                     "dtype": str(dtype).removeprefix("torch."), "max_err": dv,
-                     "max_err_grad": dg, "tol": tol, "ok": max(dv, dg) <= tol})
+        rows.append(
+            {
+                "component": name,
+                "reference": ref_name,
+                "backend": backend,
+                "dtype": str(dtype).removeprefix("torch."),
+                "max_err": dv,
+                "max_err_grad": dg,
+                "tol": tol,
+                "ok": max(dv, dg) <= tol,
+            }
+        )
     return rows

@@ -19,6 +19,7 @@ makes no single cell). Step 1's cumulative cell is its single cell. Every genera
 baseline_cell = its shape's baseline, so "× baseline" and the loss drift compare within a shape.
 Cells declared by hand in `perf.cells` stay as they are; a generated name may not clash.
 """
+
 from __future__ import annotations
 
 from steps.config import ConfigError, deep_merge
@@ -29,8 +30,7 @@ def ladder_cells(ladder: dict) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for shape, shape_over in (ladder.get("shapes") or {}).items():
         base_name = f"{shape}_baseline"
-        common = deep_merge(deep_merge(ladder.get("base") or {}, shape_over or {}),
-                           {"baseline_cell": base_name})
+        common = deep_merge(deep_merge(ladder.get("base") or {}, shape_over or {}), {"baseline_cell": base_name})
         out[base_name] = deep_merge(common, {"desc": f"{shape}: baseline (ladder step 0)"})
         cumulative = common
         for i, step in enumerate(ladder.get("steps") or []):
@@ -38,11 +38,13 @@ def ladder_cells(ladder: dict) -> dict[str, dict]:
             cumulative = deep_merge(cumulative, change)
             desc = step.get("desc", name)
             if step.get("single", True):
-                out[f"{shape}_{name}"] = deep_merge(deep_merge(common, change),
-                                                    {"desc": f"{shape}: {desc} (single change)"})
+                out[f"{shape}_{name}"] = deep_merge(
+                    deep_merge(common, change), {"desc": f"{shape}: {desc} (single change)"}
+                )
             if i > 0 or not step.get("single", True):
                 out[f"{shape}_ladder_{name}"] = deep_merge(
-                    cumulative, {"desc": f"{shape}: ladder step {i + 1}, + {desc}"})
+                    cumulative, {"desc": f"{shape}: ladder step {i + 1}, + {desc}"}
+                )
     return out
 
 
@@ -53,8 +55,10 @@ def expand_ladder(section: dict) -> dict:
     declared = section.get("cells") or {}
     clash = sorted(c for c in set(generated) & set(declared) if declared[c] != generated[c])  # re-validation is fine
     if clash:
-        raise ConfigError(f"config key 'perf.cells' declares {clash}, which perf.ladder also generates: "
-                          "rename the hand-written cell or the ladder shape/step")
+        raise ConfigError(
+            f"config key 'perf.cells' declares {clash}, which perf.ladder also generates: "
+            "rename the hand-written cell or the ladder shape/step"
+        )
     if not generated:
         return section
     return {**section, "cells": {**(section.get("cells") or {}), **generated}}

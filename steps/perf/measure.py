@@ -1,5 +1,6 @@
 """Timing a perf cell: its warm-up and timed steps on the fixed batch pool (step times, losses,
 the peak memory of the last warm-up step), and the timed steps as tokens/s and MFU."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ def train(ctx: StageRun, ts, timeline: Timeline | None) -> tuple[list, list, dic
                 mem = peak_mem.read()
                 if ts.device.type == "cpu":
                     timed_mode.enter_context(hardware.reuse_freed_memory())
-            if timeline and timeline.active:   # the first (warm-up) steps, instrumented
+            if timeline and timeline.active:  # the first (warm-up) steps, instrumented
                 dt, loss = timeline.step(ts, x)
             else:
                 dt, loss = ts.timed_step(x)
@@ -47,11 +48,16 @@ def throughput(ts, tokens_per_step: int, timed: np.ndarray, peaks: dict) -> dict
     (`peaks` as hardware.peak_flops returns it)."""
     cfg = ts.model.config
     tps = tokens_per_step / timed
-    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), cfg.n_layer,
-                                       cfg.n_embd, cfg.block_size)
+    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), cfg.n_layer, cfg.n_embd, cfg.block_size)
     med = float(np.median(tps))
-    return {"tokens_per_s": med, "tokens_per_s_p10": float(np.percentile(tps, 10)),
-            "tokens_per_s_p90": float(np.percentile(tps, 90)),
-            "step_time_ms": float(np.median(timed)) * 1e3, "peak_flops": peaks["measured"],
-            "published_peak_flops": peaks.get("published") or math.nan,
-            "flops_per_token": fpt, "achieved_flops": fpt * med, **hardware.mfu(fpt * med, peaks)}
+    return {
+        "tokens_per_s": med,
+        "tokens_per_s_p10": float(np.percentile(tps, 10)),
+        "tokens_per_s_p90": float(np.percentile(tps, 90)),
+        "step_time_ms": float(np.median(timed)) * 1e3,
+        "peak_flops": peaks["measured"],
+        "published_peak_flops": peaks.get("published") or math.nan,
+        "flops_per_token": fpt,
+        "achieved_flops": fpt * med,
+        **hardware.mfu(fpt * med, peaks),
+    }

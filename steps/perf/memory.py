@@ -21,6 +21,7 @@ Measured:
   process     CUDA: allocator stats; CPU: RSS/VmHWM, meaningful only with MALLOC_MMAP_THRESHOLD_
               set low (glibc otherwise keeps freed blocks, so RSS never goes down)
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ ACT_RESIDUAL = 2
 ACT_MATMUL_IN = 1 + 1 + 4
 ACT_ATTENTION = 4
 ACT_MLP = 4
-NORM_STATS = 4   # mean + rstd of two LayerNorms, fp32, per token (not per channel)
+NORM_STATS = 4  # mean + rstd of two LayerNorms, fp32, per token (not per channel)
 
 
 def param_counts(cfg) -> dict[str, int]:
@@ -50,23 +51,36 @@ def param_counts(cfg) -> dict[str, int]:
     d, V, L, b = cfg.n_embd, cfg.vocab_size, cfg.n_layer, int(cfg.bias)
     norm = d * (1 + b) if cfg.norm == "layernorm" else d
     per_layer = 4 * (d * d + b * d) + (d * 4 * d + b * 4 * d) + (4 * d * d + b * d) + 2 * norm
-    return {"wte": V * d, "wpe": cfg.block_size * d if cfg.pos == "learned" else 0,
-            "blocks": L * per_layer, "ln_f": norm, "lm_head": 0 if cfg.tie_weights else V * d}
+    return {
+        "wte": V * d,
+        "wpe": cfg.block_size * d if cfg.pos == "learned" else 0,
+        "blocks": L * per_layer,
+        "ln_f": norm,
+        "lm_head": 0 if cfg.tie_weights else V * d,
+    }
 
 
-def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = False,
-                    attn: str = "sdpa", optimizer_states: int = 2, grad_accum: int = 1) -> dict[str, float]:
+def analytic_memory(
+    cfg,
+    batch_size: int,
+    amp: str = "none",
+    checkpoint: bool = False,
+    attn: str = "sdpa",
+    optimizer_states: int = 2,
+    grad_accum: int = 1,
+) -> dict[str, float]:
     """Bytes of each part of one step's memory, for fp32 params with optional autocast.
     `batch_size` is the micro-batch; with grad_accum > 1 the grads exist during later backwards."""
     n = sum(param_counts(cfg).values())
-    low = 2 if amp in ("bf16", "fp16") else 4          # bytes of an autocast (matmul) output
+    low = 2 if amp in ("bf16", "fp16") else 4  # bytes of an autocast (matmul) output
     d, L, T, H, V = cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.n_head, cfg.vocab_size
     tokens = batch_size * T
-    layer = tokens * (4 * d * ACT_RESIDUAL + low * d * (ACT_MATMUL_IN + ACT_ATTENTION + ACT_MLP)
-                      + 4 * NORM_STATS) + (3 * d * d * 4 if low == 4 else 0)
-    if attn == "manual":        # the (T, T) probabilities per head, saved by softmax and by att @ v
+    layer = tokens * (4 * d * ACT_RESIDUAL + low * d * (ACT_MATMUL_IN + ACT_ATTENTION + ACT_MLP) + 4 * NORM_STATS) + (
+        3 * d * d * 4 if low == 4 else 0
+    )
+    if attn == "manual":  # the (T, T) probabilities per head, saved by softmax and by att @ v
         layer += batch_size * H * T * T * low
-    else:                       # sdpa's flash kernel saves a logsumexp per head and query
+    else:  # sdpa's flash kernel saves a logsumexp per head and query
         layer += tokens * H * 4
     # head: ln_f input + stats, lm_head input, fp32 log-probs saved by cross-entropy; token ids
     # and shifted labels (int64)
@@ -86,22 +100,32 @@ def analytic_memory(cfg, batch_size: int, amp: str = "none", checkpoint: bool = 
     # autocast's low-precision weight copies saved for backward: the head's (unless the chunked
     # CE casts it itself, saving none) and the blocks' (recomputed under checkpointing)
     weights = (0 if chunk_logits else cfg.vocab_size * d) + (0 if checkpoint else L * 12 * d * d)
-    out = {"params": 4 * n, "grads": 4 * n, "optimizer": 4 * optimizer_states * n,
-           "activations": saved, "activations_per_layer": layer,
-           # autocast's low-precision weight copies, saved for backward next to the activations
-           "autocast_weights": 2 * weights if low == 2 else 0,
-           # returned to the caller, alive until the step ends (chunked CE: one chunk's, in forward)
-           "logits": chunk_logits or tokens * V * low,
-           # first op of backward: cross-entropy's fp32 (B, T, V) gradients of the log-probs and
-           # of the logits are alive together, while every saved activation still is
-           "loss_backward": 0 if chunk_logits else 2 * tokens * V * 4,
-           "recompute": layer if checkpoint else 0}   # checkpointing: one block rebuilt in backward
+    out = {
+        "params": 4 * n,
+        "grads": 4 * n,
+        "optimizer": 4 * optimizer_states * n,
+        "activations": saved,
+        "activations_per_layer": layer,
+        # autocast's low-precision weight copies, saved for backward next to the activations
+        "autocast_weights": 2 * weights if low == 2 else 0,
+        # returned to the caller, alive until the step ends (chunked CE: one chunk's, in forward)
+        "logits": chunk_logits or tokens * V * low,
+        # first op of backward: cross-entropy's fp32 (B, T, V) gradients of the log-probs and
+        # of the logits are alive together, while every saved activation still is
+        "loss_backward": 0 if chunk_logits else 2 * tokens * V * 4,
+        "recompute": layer if checkpoint else 0,
+    }  # checkpointing: one block rebuilt in backward
     out["state"] = out["params"] + out["grads"] + out["optimizer"]
     # The peak of a steady-state step (grads were set to None by zero_grad): the start of
     # backward (of the last micro-batch: earlier ones left grads behind), or later when grads
     # have appeared while a checkpointed block is recomputed.
-    start = (out["activations"] + out["autocast_weights"] + out["logits"] + out["loss_backward"]
-             + (out["grads"] if grad_accum > 1 else 0))
+    start = (
+        out["activations"]
+        + out["autocast_weights"]
+        + out["logits"]
+        + out["loss_backward"]
+        + (out["grads"] if grad_accum > 1 else 0)
+    )
     late = out["grads"] + out["activations"] + out["recompute"]
     out["peak"] = out["params"] + out["optimizer"] + max(start, late)
     return out
@@ -122,10 +146,12 @@ def _unique_bytes(tensors) -> int:
 def state_bytes(model: torch.nn.Module, optimizer=None) -> dict[str, int]:
     """Measured bytes of params, grads and optimizer state (distinct storages: tied weights once)."""
     params = list(model.parameters())
-    opt = [v for s in (optimizer.state.values() if optimizer else []) for v in s.values()
-           if torch.is_tensor(v)]
-    out = {"params": _unique_bytes(params), "grads": _unique_bytes(p.grad for p in params),
-           "optimizer": _unique_bytes(opt)}
+    opt = [v for s in (optimizer.state.values() if optimizer else []) for v in s.values() if torch.is_tensor(v)]
+    out = {
+        "params": _unique_bytes(params),
+        "grads": _unique_bytes(p.grad for p in params),
+        "optimizer": _unique_bytes(opt),
+    }
     out["state"] = sum(out.values())
     return out
 
@@ -168,17 +194,19 @@ class MemoryProbe:
         self.rss0 = hardware.rss_bytes()
         self.rows: list[dict] = []
 
-    def __call__(self, label: str, iteration: int = -1, model=None, optimizer=None,
-                 saved: int = 0, analytic: float = math.nan) -> dict:
+    def __call__(
+        self, label: str, iteration: int = -1, model=None, optimizer=None, saved: int = 0, analytic: float = math.nan
+    ) -> dict:
         row = {"iteration": iteration, "checkpoint": label}
         tracked = (state_bytes(model, optimizer)["state"] if model is not None else 0) + saved
         if self.cuda:
             torch.cuda.synchronize()
-            row |= {"allocated_mib": torch.cuda.memory_allocated() / MiB,
-                    "reserved_mib": torch.cuda.memory_reserved() / MiB}
+            row |= {
+                "allocated_mib": torch.cuda.memory_allocated() / MiB,
+                "reserved_mib": torch.cuda.memory_reserved() / MiB,
+            }
         else:
-            row |= {"tensor_mib": tracked / MiB,
-                    "rss_delta_mib": (self.hw.rss_bytes() - self.rss0) / MiB}
+            row |= {"tensor_mib": tracked / MiB, "rss_delta_mib": (self.hw.rss_bytes() - self.rss0) / MiB}
         row["analytic_mib"] = analytic / MiB
         self.rows.append(row)
         return row
@@ -191,18 +219,17 @@ def timeline_analytic(mem: dict, label: str, opt_ready: bool) -> float:
         return alive + mem["activations_per_layer"] * int(label.rsplit(" ", 1)[1])
     # tracked tensors after forward: the saved set (the returned logits are not enumerable)
     forward = mem["activations"] + mem["autocast_weights"]
-    return alive + {"after forward": forward, "after backward": mem["grads"],
-                    "after step": mem["grads"]}.get(label, 0)
+    return alive + {"after forward": forward, "after backward": mem["grads"], "after step": mem["grads"]}.get(label, 0)
 
 
 def plot_timeline(rows: list[dict]):
     """Line plot of the timeline: measured series next to the analytic one."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['iteration']}:{r['checkpoint']}" if r["iteration"] >= 0 else r["checkpoint"]
-              for r in rows]
+    labels = [f"{r['iteration']}:{r['checkpoint']}" if r["iteration"] >= 0 else r["checkpoint"] for r in rows]
     fig, ax = plt.subplots(figsize=(10, 4))
     for key in [k for k in rows[0] if k.endswith("_mib")]:
         ax.plot(range(len(rows)), [r[key] for r in rows], marker="o", label=key.removesuffix("_mib"))

@@ -11,6 +11,7 @@ The parts: compare.py (the cell against its baseline), measure.py (the training 
 MFU), footprint.py (peak memory, the analytic-vs-measured table), timeline.py (the memory
 timeline), step.py (the training step and its knobs), memory.py (the analytic memory model).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,9 @@ def run(ctx: StageRun) -> dict:
     peaks = hardware.peak_flops(peak_dtype(p), device, n=p["peak_matmul_size"])
     ctx.info["published_peak"] = peaks["published_name"]
     micro = micro_batch(p)
-    analytic = memory.analytic_memory(gpt_config(p), micro, p["amp"], p["checkpoint_activations"],
-                                      p["attn"], grad_accum=p["grad_accum"])
+    analytic = memory.analytic_memory(
+        gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"], grad_accum=p["grad_accum"]
+    )
 
     timeline = Timeline(device, analytic) if is_timeline else None
     torch.manual_seed(ctx.seed)
@@ -52,7 +54,7 @@ def run(ctx: StageRun) -> dict:
         timeline.attach(ts)
     times, losses, mem_peak = train(ctx, ts, timeline)
     tokens_per_step = p["batch_size"] * p["model"]["block_size"]
-    metrics = throughput(ts, tokens_per_step, np.array(times[p["warmup_steps"]:]), peaks)
+    metrics = throughput(ts, tokens_per_step, np.array(times[p["warmup_steps"] :]), peaks)
     metrics |= {"first_step_s": times[0], "loss": losses[-1], **mem_peak}
     compare_to_baseline(ctx, base, metrics)
     ctx.info["fused_modules"] = fused

@@ -6,6 +6,7 @@ Model knobs: attn sdpa|manual, checkpoint_activations, fused_softmax, fused_laye
 fused_backend); batch_size. A knob the device cannot run raises SkipCell before anything is
 built, so a CPU run lists the CUDA-only cells with their reason.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -16,8 +17,18 @@ from steps.config import ConfigError
 from steps.models.train_step import StepOptions, TrainStep, set_tf32
 from steps.tracking import SkipCell
 
-MODEL_KEYS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias", "pos", "norm",
-              "activation", "fused_ce")
+MODEL_KEYS = (
+    "vocab_size",
+    "block_size",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "bias",
+    "pos",
+    "norm",
+    "activation",
+    "fused_ce",
+)
 
 
 def check_device(p: dict, device: torch.device) -> None:
@@ -29,8 +40,10 @@ def check_device(p: dict, device: torch.device) -> None:
             raise SkipCell("skipped: needs the triton package")
         cap = torch.cuda.get_device_capability(device)
         if p["model"]["fp8"] and cap < (8, 9):
-            raise SkipCell(f"skipped: fp8 matmuls need tensor cores of compute capability 8.9+ "
-                           f"(Ada, Hopper); this GPU is {cap[0]}.{cap[1]}")
+            raise SkipCell(
+                f"skipped: fp8 matmuls need tensor cores of compute capability 8.9+ "
+                f"(Ada, Hopper); this GPU is {cap[0]}.{cap[1]}"
+            )
         return
     if p["model"]["fp8"]:
         raise SkipCell("skipped: needs CUDA (fp8 tensor-core matmuls, compute capability 8.9+)")
@@ -74,8 +87,11 @@ def padded_vocab(p: dict) -> int:
 def gpt_config(p: dict):
     from steps.models.gpt import GPTConfig
 
-    return GPTConfig(**{**{k: p["model"][k] for k in MODEL_KEYS}, "vocab_size": padded_vocab(p)},
-                     attn=p["attn"], checkpoint_activations=p["checkpoint_activations"])
+    return GPTConfig(
+        **{**{k: p["model"][k] for k in MODEL_KEYS}, "vocab_size": padded_vocab(p)},
+        attn=p["attn"],
+        checkpoint_activations=p["checkpoint_activations"],
+    )
 
 
 def synthetic_batches(p: dict, seed: int, device: torch.device) -> list[torch.Tensor]:
@@ -83,14 +99,14 @@ def synthetic_batches(p: dict, seed: int, device: torch.device) -> list[torch.Te
     throughput does not depend on the text, and the loss after K steps is comparable."""
     gen = torch.Generator().manual_seed(seed)
     shape = (p["batch_size"], p["model"]["block_size"])
-    return [torch.randint(0, p["model"]["vocab_size"], shape, generator=gen).to(device)
-            for _ in range(p["data_batches"])]
+    return [
+        torch.randint(0, p["model"]["vocab_size"], shape, generator=gen).to(device) for _ in range(p["data_batches"])
+    ]
 
 
 def micro_batch(p: dict) -> int:
     if p["batch_size"] % p["grad_accum"]:
-        raise ConfigError(f"perf.batch_size={p['batch_size']} must be divisible by "
-                          f"perf.grad_accum={p['grad_accum']}")
+        raise ConfigError(f"perf.batch_size={p['batch_size']} must be divisible by perf.grad_accum={p['grad_accum']}")
     return p["batch_size"] // p["grad_accum"]
 
 

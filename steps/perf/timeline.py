@@ -1,6 +1,7 @@
 """The timeline cell's memory timeline: the seed's memory checkpoints (inside forward after each
 block, after forward, backward, step, zero_grad) over the first two (warm-up) steps, measured
 next to the analytic bytes alive at each checkpoint (steps/perf/memory.py)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -29,8 +30,10 @@ class Timeline:
     def attach(self, ts) -> None:
         """Forward hooks on the blocks: "inside forward i" after block i (eager models only)."""
         self.meter = SavedTensorMeter(ts.model)
-        self.hooks = [block.register_forward_hook(lambda m, a, o, i=i: self(f"inside forward {i + 1}", ts))
-                      for i, block in enumerate(ts.model.transformer.h)]
+        self.hooks = [
+            block.register_forward_hook(lambda m, a, o, i=i: self(f"inside forward {i + 1}", ts))
+            for i, block in enumerate(ts.model.transformer.h)
+        ]
 
     def step(self, ts, x) -> tuple[float, float]:
         """One instrumented step; hooks come off after `iterations` steps."""
@@ -64,5 +67,7 @@ def check_timeline(p: dict) -> None:
     if p["compile"]:
         raise ConfigError("perf.timeline_cell must be an eager cell (hooks do not fire in compiled code)")
     if p["warmup_steps"] <= Timeline.iterations:
-        raise ConfigError(f"perf.warmup_steps must exceed the {Timeline.iterations} instrumented "
-                          "timeline steps: the timed steps must follow a plain warm-up step")
+        raise ConfigError(
+            f"perf.warmup_steps must exceed the {Timeline.iterations} instrumented "
+            "timeline steps: the timed steps must follow a plain warm-up step"
+        )

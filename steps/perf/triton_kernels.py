@@ -11,6 +11,7 @@ Importing this module without triton raises ImportError — the caller turns tha
 Tested on CPU under the Triton interpreter (TRITON_INTERPRET=1 set before this module is
 imported) and compiled ahead of time for sm_80/sm_90 in tests/test_triton_kernels.py.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _softmax_fwd_kernel(x_ptr, y_ptr, mask_ptr, n_cols, t_q, HAS_MASK: tl.constexpr,
-                        ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _softmax_fwd_kernel(
+    x_ptr, y_ptr, mask_ptr, n_cols, t_q, HAS_MASK: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols
@@ -46,8 +48,19 @@ def _softmax_bwd_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, ACC: tl.constexpr, BLOCK:
 
 
 @triton.jit
-def _layernorm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols, eps,
-                          HAS_BIAS: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _layernorm_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    mean_ptr,
+    rstd_ptr,
+    n_cols,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols
@@ -64,8 +77,9 @@ def _layernorm_fwd_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols
 
 
 @triton.jit
-def _layernorm_bwd_dx_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, n_cols,
-                             ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _layernorm_bwd_dx_kernel(
+    dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, dx_ptr, n_cols, ACC: tl.constexpr, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols
@@ -98,13 +112,14 @@ def softmax_fwd(x, mask):
     if mask is not None:
         t_q = mask.shape[-2] if mask.dim() >= 2 else 1
         if mask.shape[-1] != n or mask.numel() != t_q * n or (t_q > 1 and x.shape[-2] != t_q):
-            raise ValueError(f"the Triton softmax takes a (t_q, t_k) mask broadcast over the leading "
-                             f"dims of x; got mask {tuple(mask.shape)} for x {tuple(x.shape)}")
+            raise ValueError(
+                f"the Triton softmax takes a (t_q, t_k) mask broadcast over the leading "
+                f"dims of x; got mask {tuple(mask.shape)} for x {tuple(x.shape)}"
+            )
         m = mask.to(torch.int8).contiguous()
     else:
         t_q, m = 1, x  # dummy pointer, never read
-    _softmax_fwd_kernel[(rows,)](x, y, m, n, t_q, HAS_MASK=mask is not None, ACC=_acc(x)[1],
-                                 BLOCK=block)
+    _softmax_fwd_kernel[(rows,)](x, y, m, n, t_q, HAS_MASK=mask is not None, ACC=_acc(x)[1], BLOCK=block)
     return y
 
 
@@ -121,8 +136,9 @@ def layernorm_fwd(x, w, b, eps):
     y = torch.empty_like(x)
     mean = torch.empty(x.shape[:-1] + (1,), device=x.device, dtype=acc_t)
     rstd = torch.empty_like(mean)
-    _layernorm_fwd_kernel[(rows,)](x, w, b if b is not None else w, y, mean, rstd, n, eps,
-                                   HAS_BIAS=b is not None, ACC=acc, BLOCK=block)
+    _layernorm_fwd_kernel[(rows,)](
+        x, w, b if b is not None else w, y, mean, rstd, n, eps, HAS_BIAS=b is not None, ACC=acc, BLOCK=block
+    )
     return y, mean, rstd
 
 
@@ -136,5 +152,9 @@ def layernorm_bwd(dy, x, w, mean, rstd):
     return dx, (flat * xhat).sum(0).to(w.dtype), flat.sum(0).to(w.dtype)
 
 
-KERNELS = {"softmax_fwd": softmax_fwd, "softmax_bwd": softmax_bwd,
-           "layernorm_fwd": layernorm_fwd, "layernorm_bwd": layernorm_bwd}
+KERNELS = {
+    "softmax_fwd": softmax_fwd,
+    "softmax_bwd": softmax_bwd,
+    "layernorm_fwd": layernorm_fwd,
+    "layernorm_bwd": layernorm_bwd,
+}

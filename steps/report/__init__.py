@@ -13,6 +13,7 @@ curves, tables, figures), read from the stage's own module.
   plots.py    learning curves from MLflow histories
   render.py   Markdown and HTML
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,7 @@ def run(ctx: StageRun) -> dict:
     plots.mkdir(parents=True, exist_ok=True)
     client = store.client(ctx.uri)
     folders = cell_folders(ctx, stages)
-    records = {s: {c: load_cell(folders[s][c] / "metrics.json", s, c) for c in cells}
-               for s, cells in stages.items()}
+    records = {s: {c: load_cell(folders[s][c] / "metrics.json", s, c) for c in cells} for s, cells in stages.items()}
     run_ids = [rec.get("run_id") for recs in records.values() for rec in recs.values()]
     runs = fetch_runs(client, run_ids)
 
@@ -55,11 +55,18 @@ def run(ctx: StageRun) -> dict:
             counts[k] += int(status.get(k, 0))
         label, value, run_id = headline(table, spec)
         exp = table.loc[table["run_id"] == run_id, "experiment_id"].iloc[0] if run_id else ""
-        heads.append({"stage": stage, "cells": len(table), "ok": status.get("ok", 0),
-                      "skipped": status.get("skipped", 0),
-                      "failed/missing": status.get("failed", 0) + status.get("missing", 0),
-                      "key number": f"{label}: {value}" if value else "", "experiment_id": exp,
-                      "run_id": run_id})
+        heads.append(
+            {
+                "stage": stage,
+                "cells": len(table),
+                "ok": status.get("ok", 0),
+                "skipped": status.get("skipped", 0),
+                "failed/missing": status.get("failed", 0) + status.get("missing", 0),
+                "key number": f"{label}: {value}" if value else "",
+                "experiment_id": exp,
+                "run_id": run_id,
+            }
+        )
         figs = [f for f in [curve_figure(stage, table, list(spec.curves), client, plots)] if f]
         if spec.figures:
             figs += [Path(f) for f in spec.figures(table, plots, folders[stage]) or []]
@@ -85,7 +92,12 @@ def run(ctx: StageRun) -> dict:
 
 
 STAGE = Stage(
-    __spec__.name, run,
-    columns={"ok": "metrics.cells_ok", "skipped": "metrics.cells_skipped",
-             "failed": "metrics.cells_failed", "missing": "metrics.cells_missing"},
+    __spec__.name,
+    run,
+    columns={
+        "ok": "metrics.cells_ok",
+        "skipped": "metrics.cells_skipped",
+        "failed": "metrics.cells_failed",
+        "missing": "metrics.cells_missing",
+    },
 )

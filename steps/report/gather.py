@@ -1,5 +1,6 @@
 """The report's numbers: each cell's record (metrics.json, or why there is none), this DAG's runs
 from MLflow, and one table per stage shaped by its Stage object (columns, derived, headline)."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,14 @@ def load_cell(metrics: Path, stage: str, cell: str) -> dict:
     if failed.exists():
         rec = json.loads(failed.read_text())
         return {**rec, "status": "failed", "reason": rec.get("error", "failed")}
-    return {"stage": stage, "cell": cell, "status": "missing", "reason": "not run (no metrics.json)",
-            "metrics": {}, "info": {}}
+    return {
+        "stage": stage,
+        "cell": cell,
+        "status": "missing",
+        "reason": "not run (no metrics.json)",
+        "metrics": {},
+        "info": {},
+    }
 
 
 def fetch_runs(client, run_ids: list[str]) -> pd.DataFrame:
@@ -32,9 +39,12 @@ def fetch_runs(client, run_ids: list[str]) -> pd.DataFrame:
     exps = [e.experiment_id for e in client.search_experiments()]
     frames = []
     for i in range(0, len(ids), 50):  # keep each filter string short
-        chunk = ", ".join(f"'{r}'" for r in ids[i:i + 50])
-        frames.append(mlflow.search_runs(experiment_ids=exps, output_format="pandas",
-                                         filter_string=f"attributes.run_id IN ({chunk})"))
+        chunk = ", ".join(f"'{r}'" for r in ids[i : i + 50])
+        frames.append(
+            mlflow.search_runs(
+                experiment_ids=exps, output_format="pandas", filter_string=f"attributes.run_id IN ({chunk})"
+            )
+        )
     return pd.concat(frames, ignore_index=True).set_index("run_id")
 
 

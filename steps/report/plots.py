@@ -1,4 +1,5 @@
 """Learning curves per stage: each cell's history of the stage's `curves` metrics from MLflow."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """The command line of every stage job: `python -m steps.<stage> --cfg JSON [--input NAME=PATH ...]
 [--output NAME=PATH ...] [--out DIR]`. The Snakefile passes the rule's named input and output paths
 (workflow/rules/common.smk: `stage_io`); the job's folder is that of its `metrics` output."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,12 @@ def parse_args(prog: str, argv: list[str] | None = None) -> JobArgs:
     ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--cfg", required=True, help="resolved cell config as JSON (from the Snakefile)")
     ap.add_argument("--input", action="append", metavar="NAME=PATH", help="a named input of the rule")
-    ap.add_argument("--output", action="append", metavar="NAME=PATH",
-                    help="a named output of the rule; `metrics` (metrics.json) sets the job's folder")
+    ap.add_argument(
+        "--output",
+        action="append",
+        metavar="NAME=PATH",
+        help="a named output of the rule; `metrics` (metrics.json) sets the job's folder",
+    )
     ap.add_argument("--out", help="the job's folder, for a run by hand: same as --output metrics=DIR/metrics.json")
     ap.add_argument("--no-mlflow", action="store_true", help="run without tracking (debugging)")
     args = ap.parse_args(argv)
@@ -42,5 +47,10 @@ def parse_args(prog: str, argv: list[str] | None = None) -> JobArgs:
         outputs.setdefault("metrics", str(Path(args.out) / "metrics.json"))
     if "metrics" not in outputs:
         ap.error("give --output metrics=PATH (or --out DIR)")
-    return JobArgs(cfg=json.loads(args.cfg), out=Path(outputs["metrics"]).parent,
-                   inputs=_pairs(args.input, "--input", ap), outputs=outputs, mlflow=not args.no_mlflow)
+    return JobArgs(
+        cfg=json.loads(args.cfg),
+        out=Path(outputs["metrics"]).parent,
+        inputs=_pairs(args.input, "--input", ap),
+        outputs=outputs,
+        mlflow=not args.no_mlflow,
+    )

@@ -3,6 +3,7 @@
 `seed_all` seeds what is imported: stage modules import their libraries at the top, so by the time
 the job seeds (once, before `run`), torch is seeded and its thread count set wherever it is used.
 """
+
 from __future__ import annotations
 
 import random
@@ -27,6 +28,7 @@ def seed_all(seed: int, threads: int = 0) -> None:
 def torch_device(want: str):
     """torch device for common.device (cpu | cuda | auto); CUDA asked for but absent -> SkipCell."""
     import torch
+
     if want == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
     if want == "cuda" and not torch.cuda.is_available():

@@ -1,6 +1,7 @@
 """One job's life: parse its command line, open its MLflow run, seed, call the stage's `run`, and
 write metrics.json (or failed.json). metrics.json names the run id: it is how the report knows
 which runs belong to this DAG. Every failure ends the run FAILED; a SkipCell ends it skipped."""
+
 from __future__ import annotations
 
 import json
@@ -48,15 +49,22 @@ def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)
     common = args.cfg.get("common", {})
-    ctx = StageRun(name, args.cfg.get("cell", "main"), args.cfg.get("params", {}), common, args.out,
-                   (common.get("tracking") or {}).get("uri"), log_to_mlflow=args.mlflow,
-                   inputs=args.inputs, outputs=args.outputs)
+    ctx = StageRun(
+        name,
+        args.cfg.get("cell", "main"),
+        args.cfg.get("params", {}),
+        common,
+        args.out,
+        (common.get("tracking") or {}).get("uri"),
+        log_to_mlflow=args.mlflow,
+        inputs=args.inputs,
+        outputs=args.outputs,
+    )
     metrics_file = Path(args.outputs["metrics"])
     failed_file = metrics_file.with_name("failed.json")
     signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.time()
-    record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash,
-              "tracking_uri": ctx.uri}
+    record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash, "tracking_uri": ctx.uri}
     try:
         ctx.start()
         ctx.seed_everything()
@@ -65,27 +73,38 @@ def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
         numbers["wall_time_s"] = round(time.time() - t0, 3)
         ctx.log_metrics({k: v for k, v in numbers.items() if v is not None})
         info.update(ctx.info)
-        record.update(status="ok", run_id=ctx.run_id, experiment_id=ctx.experiment_id,
-                      metrics=numbers, info=info)
+        record.update(status="ok", run_id=ctx.run_id, experiment_id=ctx.experiment_id, metrics=numbers, info=info)
         ctx.end("ok")
     except SkipCell as exc:
-        record.update(status="skipped", reason=str(exc), run_id=ctx.run_id,
-                      experiment_id=ctx.experiment_id, metrics={}, info=dict(ctx.info))
+        record.update(
+            status="skipped",
+            reason=str(exc),
+            run_id=ctx.run_id,
+            experiment_id=ctx.experiment_id,
+            metrics={},
+            info=dict(ctx.info),
+        )
         ctx.end("skipped", str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run FAILED
-        expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit,
-                                    KeyboardInterrupt))
+        expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit, KeyboardInterrupt))
         message = f"{type(exc).__name__}: {exc}"
         try:
             ctx.end("failed", message)
         finally:
-            _write_json(failed_file, {**record, "status": "failed", "run_id": ctx.run_id,
-                                      "experiment_id": ctx.experiment_id, "error": message})
+            _write_json(
+                failed_file,
+                {
+                    **record,
+                    "status": "failed",
+                    "run_id": ctx.run_id,
+                    "experiment_id": ctx.experiment_id,
+                    "error": message,
+                },
+            )
         if not expected:
             traceback.print_exc()
         print(f"\n{name}[{ctx.cell}] failed: {message}", file=sys.stderr)
         sys.exit(1)
     failed_file.unlink(missing_ok=True)
     _write_json(metrics_file, record)
-    print(f"{name}[{ctx.cell}] {record['status']}: run {ctx.run_id} -> {metrics_file}",
-          file=sys.stderr)
+    print(f"{name}[{ctx.cell}] {record['status']}: run {ctx.run_id} -> {metrics_file}", file=sys.stderr)

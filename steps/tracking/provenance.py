@@ -1,4 +1,5 @@
 """What a run records about where it ran: package versions, the git commit, flat parameters."""
+
 from __future__ import annotations
 
 import platform
@@ -7,8 +8,19 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-VERSIONED_PACKAGES = ("torch", "jax", "transformers", "datasets", "tokenizers", "mlflow",
-                      "snakemake", "numpy", "pandas", "gensim", "accelerate")
+VERSIONED_PACKAGES = (
+    "torch",
+    "jax",
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "mlflow",
+    "snakemake",
+    "numpy",
+    "pandas",
+    "gensim",
+    "accelerate",
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -24,10 +36,16 @@ def package_versions() -> dict[str, str]:
 def git_commit() -> str:
     root = Path(__file__).resolve().parents[2]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return (sha or "unknown") + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -45,5 +63,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) or type(v).__name__ in (
-        "float32", "float64", "int64", "int32")
+    return (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        or type(v).__name__ in ("float32", "float64", "int64", "int32")
+    )

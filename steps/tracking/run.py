@@ -1,5 +1,6 @@
 """StageRun: what a stage's `run(ctx)` gets — its resolved config, its input and output paths (from
 the Snakemake rule), the one MLflow run it logs into, and its compute environment."""
+
 from __future__ import annotations
 
 import sys
@@ -18,9 +19,18 @@ class StageRun:
     """`inputs`/`outputs`: the rule's named input and output paths (`ctx.inputs["corpus"]`); `out`:
     the job's own folder (where metrics.json goes, beside its tables, plots and files)."""
 
-    def __init__(self, stage: str, cell: str, params: dict, common: dict, out: Path,
-                 uri: str | None, log_to_mlflow: bool = True,
-                 inputs: Mapping[str, str] | None = None, outputs: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        stage: str,
+        cell: str,
+        params: dict,
+        common: dict,
+        out: Path,
+        uri: str | None,
+        log_to_mlflow: bool = True,
+        inputs: Mapping[str, str] | None = None,
+        outputs: Mapping[str, str] | None = None,
+    ):
         self.stage, self.cell, self.params, self.common = stage, cell, params, common
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ SQLite has a single writer, so writes from concurrent jobs are serialised with a
 lock next to the database and retried on "database is locked"; the schema is created once under
 the same lock, which removes the migration race between jobs that start together.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,8 +86,9 @@ def experiment_id(c, stage: str, uri: str) -> str:
         location = None
         if _is_local_sqlite(uri):
             location = (paths.ARTIFACTS.resolve() / stage).as_uri()
-        return retrying(c.create_experiment, name, artifact_location=location,
-                        tags={"stage": stage, "project": "n00bGPT lab"})
+        return retrying(
+            c.create_experiment, name, artifact_location=location, tags={"stage": stage, "project": "n00bGPT lab"}
+        )
 
 
 def init(uri: str | None = None) -> str:

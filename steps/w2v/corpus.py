@@ -1,5 +1,6 @@
 """The corpus a word2vec cell trains on: the split's documents through the shared tokenizer
 (cut to max_words if set), and its vocabulary and ids, read and encoded once per job."""
+
 from __future__ import annotations
 
 import time
@@ -19,11 +20,14 @@ def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
     try:
         ds = load_from_disk(path)
     except FileNotFoundError as exc:
-        raise InputError(f"{path}: no dataset saved there ({exc}); fix: run the prepare_corpus "
-                         f"rule first or set word2vec.corpus") from None
+        raise InputError(
+            f"{path}: no dataset saved there ({exc}); fix: run the prepare_corpus rule first or set word2vec.corpus"
+        ) from None
     if p["split"] not in ds or "text" not in ds[p["split"]].column_names:
-        raise InputError(f"{path}: needs split {p['split']!r} with a 'text' column; "
-                         f"found {dict(ds.column_names)}; fix: set word2vec.split")
+        raise InputError(
+            f"{path}: needs split {p['split']!r} with a 'text' column; "
+            f"found {dict(ds.column_names)}; fix: set word2vec.split"
+        )
     sents = sentences(ds[p["split"]]["text"])
     if p["max_words"]:
         kept, n = [], 0
@@ -42,6 +46,7 @@ def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
 @dataclass
 class Corpus:
     """The tokens every seed of a cell trains on, read and encoded once per job."""
+
     sentences: list[list[str]]
     vocab: "object"
     ids: "object"

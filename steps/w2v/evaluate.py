@@ -1,6 +1,7 @@
 """One evaluation suite for every cell (ours, gensim, pretrained): gensim's analogy and
 word-pair scorers on a KeyedVectors, the king - man + woman quiz, probe neighbours, PCA plot,
 and the word2vec text-format export."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -75,14 +76,20 @@ def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tupl
     def acc(mask) -> float:
         return float(ok[mask].mean()) if mask.any() else float("nan")
 
-    m = {"analogy_acc": acc(np.ones(len(ok), bool)), "analogy_n": len(ok),
-         "analogy_coverage": len(ok) / res["total"],
-         "analogy_semantic_acc": acc(~syntactic), "analogy_syntactic_acc": acc(syntactic),
-         "restrict_vocab": restrict_vocab, "vocab_size": len(kv)}
+    m = {
+        "analogy_acc": acc(np.ones(len(ok), bool)),
+        "analogy_n": len(ok),
+        "analogy_coverage": len(ok) / res["total"],
+        "analogy_semantic_acc": acc(~syntactic),
+        "analogy_syntactic_acc": acc(syntactic),
+        "restrict_vocab": restrict_vocab,
+        "vocab_size": len(kv),
+    }
     for key, name in (("ws353", WS353), ("simlex", SIMLEX)):
         try:
-            _, spearman, oov = kv.evaluate_word_pairs(datapath(name), restrict_vocab=restrict_vocab,
-                                                      case_insensitive=True)
+            _, spearman, oov = kv.evaluate_word_pairs(
+                datapath(name), restrict_vocab=restrict_vocab, case_insensitive=True
+            )
         except ValueError:  # fewer than 2 pairs in vocabulary: no correlation to compute
             spearman, oov = (float("nan"),), 100.0 * (1 - pairs_in_vocab(kv, datapath(name)))
         m[f"{key}_spearman"] = float(spearman[0])
@@ -92,8 +99,7 @@ def evaluate(kv, restrict_vocab: int, probes: list[str], topn: int = 10) -> tupl
         top = kv.most_similar(positive=["king", "woman"], negative=["man"], topn=topn)
         info["king_man_woman"] = [[w, round(float(s), 4)] for w, s in top]
         info["king_man_woman_top5"] = ", ".join(w for w, _ in top[:5])
-        m["king_man_woman_queen_rank"] = next(
-            (i + 1 for i, (w, _) in enumerate(top) if w == "queen"), float("nan"))
+        m["king_man_woman_queen_rank"] = next((i + 1 for i, (w, _) in enumerate(top) if w == "queen"), float("nan"))
     else:
         info["king_man_woman_top5"] = "(king/man/woman not in vocabulary)"
     info["neighbours"] = {p: [w for w, _ in kv.most_similar(p, topn=8)] for p in probes if p in kv}

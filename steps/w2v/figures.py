@@ -1,10 +1,12 @@
 """The word2vec section's report figure: each seed's score per cell (dots) and the mean (bar),
 so a gap to gensim can be read against the seed-to-seed spread."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+
 matplotlib.use("Agg")  # before pyplot: the report draws without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402

@@ -9,6 +9,7 @@ Shapes of one batch of B windows of 2w slots, K negatives:
 - skip-gram: each context row h predicts the center (gensim's orientation: syn0[context] is the
   input); CBOW: the mean of the context rows predicts it (one input row per window).
 """
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ The folder comes from an installed package that ships the weights (offline: the 
 loading code is the same `transformers` path either way. Sub-word vocabularies: only words that
 the tokenizer encodes as exactly ONE token are kept (lowercase a-z words), so the quiz scores
 those words only — the coverage numbers say how many questions that leaves."""
+
 from __future__ import annotations
 
 import re
@@ -29,8 +30,9 @@ def resolve_model_dir(name: str) -> str:
             folder = Path(dist.locate_file(f)).parent
             if (folder / "config.json").exists():
                 return str(folder)
-    raise FileNotFoundError(f"package {name!r} is installed but ships no model folder "
-                            f"(config.json + model.safetensors); fix: reinstall it")
+    raise FileNotFoundError(
+        f"package {name!r} is installed but ships no model folder (config.json + model.safetensors); fix: reinstall it"
+    )
 
 
 def single_token_words(tokenizer) -> dict[str, int]:
@@ -53,7 +55,11 @@ def load_pretrained(name: str) -> tuple[list[str], np.ndarray, dict]:
     model = AutoModel.from_pretrained(folder)
     emb = model.get_input_embeddings().weight.detach().float().cpu().numpy()
     words = single_token_words(tokenizer)
-    info = {"model_dir": folder, "model_class": type(model).__name__,
-            "tokenizer_vocab": len(tokenizer), "single_token_words": len(words),
-            "vocab_note": "only lowercase words that are a single token are evaluated"}
+    info = {
+        "model_dir": folder,
+        "model_class": type(model).__name__,
+        "tokenizer_vocab": len(tokenizer),
+        "single_token_words": len(words),
+        "vocab_note": "only lowercase words that are a single token are evaluated",
+    }
     return list(words), emb[list(words.values())], info

@@ -2,6 +2,7 @@
 the same tokens), and the cell's further seeds: one seed's scores move more than the margin the
 comparison with gensim is judged by (see steps/word2vec.py), so the scores become means over
 seeds, words/s their median."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -32,9 +33,16 @@ def train_vectors(ctx: StageRun, p: dict, corpus: Corpus, seed: int) -> tuple[li
             raise RuntimeError("gensim built a different vocabulary from the same tokens")
         words, vectors = list(kv.index_to_key), kv.vectors
     else:
-        vectors, stats = train(corpus.vocab, corpus.ids, corpus.sid, corpus.metrics["corpus_words"], cfg,
-                               device=device, progress=ctx.progress,
-                               log=ctx.log_metrics if seed == ctx.seed else None)
+        vectors, stats = train(
+            corpus.vocab,
+            corpus.ids,
+            corpus.sid,
+            corpus.metrics["corpus_words"],
+            cfg,
+            device=device,
+            progress=ctx.progress,
+            log=ctx.log_metrics if seed == ctx.seed else None,
+        )
         words = corpus.vocab.words
     return words, vectors, {**m, **stats}
 
@@ -54,10 +62,14 @@ def over_seeds(ctx: StageRun, p: dict, corpus: Corpus, first: dict) -> dict:
         ctx.log_metrics({f"seed_{k}": row[k] for k in ("words_per_s", *QUALITY)}, step=i)
     table = pd.DataFrame(rows)
     ctx.log_table(table, "seeds")
-    out = {"seeds": len(rows), "words_per_s": float(table["words_per_s"].median()),
-           "first_seed_words_per_s": first["words_per_s"]}
+    out = {
+        "seeds": len(rows),
+        "words_per_s": float(table["words_per_s"].median()),
+        "first_seed_words_per_s": first["words_per_s"],
+    }
     for k in QUALITY:
         out |= {k: float(table[k].mean()), f"first_seed_{k}": first[k], f"{k}_sd": float(table[k].std())}
-    ctx.info["seed_sd"] = ", ".join(f"{name} {out[f'{k}_sd']:.3f}" for name, k in
-                                    zip(("analogy", "WS353", "SimLex"), QUALITY))
+    ctx.info["seed_sd"] = ", ".join(
+        f"{name} {out[f'{k}_sd']:.3f}" for name, k in zip(("analogy", "WS353", "SimLex"), QUALITY)
+    )
     return out

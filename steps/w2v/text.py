@@ -1,4 +1,5 @@
 """One tokeniser for every cell, so the trainer and gensim see exactly the same words."""
+
 from __future__ import annotations
 
 import re
@@ -19,5 +20,5 @@ def sentences(texts: Iterable[str], max_len: int = MAX_SENTENCE) -> list[list[st
     out = []
     for text in texts:
         toks = tokenize(text)
-        out.extend(toks[i:i + max_len] for i in range(0, len(toks), max_len))
+        out.extend(toks[i : i + max_len] for i in range(0, len(toks), max_len))
     return [s for s in out if s]

@@ -6,6 +6,7 @@ Two update paths, equal up to float rounding (tests/test_word2vec.py checks it):
 - `fused` SGD: the same gradient written out by hand and applied with `index_add_` (what
   word2vec.c does per pair, vectorised over a batch of windows), compiled by torch.compile.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,22 +25,22 @@ OPTIMIZERS = ("sgd", "sparseadam", "adagrad")
 
 @dataclass
 class TrainConfig:
-    arch: str = "skipgram"         # skipgram | cbow
+    arch: str = "skipgram"  # skipgram | cbow
     dim: int = 100
     window: int = 5
     negative: int = 5
     sample: float = 1e-3
     epochs: int = 5
-    optimizer: str = "sgd"         # sgd | sparseadam | adagrad
+    optimizer: str = "sgd"  # sgd | sparseadam | adagrad
     lr: float = 0.025
     min_lr: float = 1e-4
-    schedule: str = "linear"       # linear (word2vec's decay to min_lr) | constant
-    batch_size: int = 512          # windows (center words) per step
+    schedule: str = "linear"  # linear (word2vec's decay to min_lr) | constant
+    batch_size: int = 512  # windows (center words) per step
     shared_negatives: bool = True  # one set of K negatives per window (False: per pair)
-    fused: bool = True             # hand-written SGD step (only with optimizer sgd)
-    compile: bool = True           # torch.compile the fused step
+    fused: bool = True  # hand-written SGD step (only with optimizer sgd)
+    compile: bool = True  # torch.compile the fused step
     table_size: int = 1_000_000
-    chunk_words: int = 4_000_000   # tokens whose examples are built at once
+    chunk_words: int = 4_000_000  # tokens whose examples are built at once
     log_every: int = 50
     seed: int = 0
 
@@ -61,8 +62,9 @@ class TrainConfig:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"word2vec: optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.fused and self.optimizer != "sgd":
-            raise ConfigError("word2vec: fused=true is the hand-written SGD step; use optimizer sgd "
-                             "or set fused: false")
+            raise ConfigError(
+                "word2vec: fused=true is the hand-written SGD step; use optimizer sgd or set fused: false"
+            )
         if not self.lr > 0:
             raise ConfigError(f"word2vec: lr must be > 0, got {self.lr}")
 
@@ -95,11 +97,11 @@ def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     label = torch.zeros(s.shape[-1], dtype=s.dtype, device=s.device)
     label[0] = 1
     g = (label - torch.sigmoid(s)) * weight * lr
-    dh = (g.unsqueeze(-1) * v).sum(2)                         # (B, rows, d)
-    dv = g.unsqueeze(-1) * h.unsqueeze(2)                     # (B, rows, 1 + K, d)
-    if targets.shape[1] != dv.shape[1]:                       # shared negatives: sum the rows
+    dh = (g.unsqueeze(-1) * v).sum(2)  # (B, rows, d)
+    dv = g.unsqueeze(-1) * h.unsqueeze(2)  # (B, rows, 1 + K, d)
+    if targets.shape[1] != dv.shape[1]:  # shared negatives: sum the rows
         dv = dv.sum(1, keepdim=True)
-    if share is not None:                                     # CBOW: each member its share
+    if share is not None:  # CBOW: each member its share
         dh = dh * share.unsqueeze(2)
     d = inp.shape[1]
     out.index_add_(0, targets.reshape(-1), dv.reshape(-1, d))
@@ -133,7 +135,7 @@ class NegativePool:
             draws = self.table[self.rng.integers(0, len(self.table), max(self.block, n))]
             self.buf, self.pos = torch.from_numpy(draws.astype(np.int64)).to(self.device), 0
         self.pos += n
-        return self.buf[self.pos - n:self.pos].view(shape)
+        return self.buf[self.pos - n : self.pos].view(shape)
 
 
 def chunk_bounds(sid: np.ndarray, chunk_words: int) -> list[tuple[int, int]]:
@@ -147,8 +149,16 @@ def chunk_bounds(sid: np.ndarray, chunk_words: int) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:] + [len(sid)]))
 
 
-def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: TrainConfig,
-          device="cpu", progress=None, log=None) -> tuple[np.ndarray, dict]:
+def train(
+    vocab: Vocab,
+    ids: np.ndarray,
+    sid: np.ndarray,
+    raw_words: int,
+    cfg: TrainConfig,
+    device="cpu",
+    progress=None,
+    log=None,
+) -> tuple[np.ndarray, dict]:
     """Train and return (input vectors as float32 numpy, stats). `raw_words` = corpus tokens per
     epoch including out-of-vocabulary ones: words/s counts them, as gensim's raw word count does.
     `progress(total=...)` makes a tqdm-like bar; `log(metrics, step)` receives the loss.
@@ -184,24 +194,23 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
         loss = model(ctx, mask, targets, cbow)
         loss.backward()
         opt.step()
-        acc.add_(torch.stack([loss.detach().double(),
-                           (mask.any(1) if cbow else mask).sum().double()]))
+        acc.add_(torch.stack([loss.detach().double(), (mask.any(1) if cbow else mask).sum().double()]))
 
     t0 = time.perf_counter()
     if step_fn is not None and cfg.compile:  # warm-up: each window size on empty windows (no-op)
         center = torch.zeros(cfg.batch_size, dtype=torch.int64, device=device)
         for w in range(1, cfg.window + 1):
             ctx = torch.zeros(cfg.batch_size, 2 * w, dtype=torch.int64, device=device)
-            negatives = torch.zeros(cfg.batch_size, rows(2 * w), cfg.negative, dtype=torch.int64,
-                                    device=device)
+            negatives = torch.zeros(cfg.batch_size, rows(2 * w), cfg.negative, dtype=torch.int64, device=device)
             try:
-                step_fn(model.inp.data, model.out.data, ctx, ctx > 0, center, negatives, lr, cbow,
-                        acc)
+                step_fn(model.inp.data, model.out.data, ctx, ctx > 0, center, negatives, lr, cbow, acc)
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
-                raise ConfigError(f"word2vec: torch.compile of the SGD step failed "
-                                  f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-                                  f"fix: install a C++ compiler (g++) or set word2vec.compile: "
-                                  f"false") from exc
+                raise ConfigError(
+                    f"word2vec: torch.compile of the SGD step failed "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                    f"fix: install a C++ compiler (g++) or set word2vec.compile: "
+                    f"false"
+                ) from exc
         acc.zero_()
     compile_s = time.perf_counter() - t0
     total = raw_words * cfg.epochs
@@ -234,9 +243,16 @@ def train(vocab: Vocab, ids: np.ndarray, sid: np.ndarray, raw_words: int, cfg: T
     if bar is not None:
         bar.close()
     pairs = float(acc[1])
-    stats = {"train_seconds": seconds, "words_per_s": total / seconds, "train_cpu_s": cpu,
-             "words_per_cpu_s": total / cpu, "compile_s": compile_s, "steps": steps,
-             "examples": pairs, "examples_per_s": pairs / seconds,
-             "loss_first": losses[0] if losses else float("nan"),
-             "loss_final": losses[-1] if losses else float("nan")}
+    stats = {
+        "train_seconds": seconds,
+        "words_per_s": total / seconds,
+        "train_cpu_s": cpu,
+        "words_per_cpu_s": total / cpu,
+        "compile_s": compile_s,
+        "steps": steps,
+        "examples": pairs,
+        "examples_per_s": pairs / seconds,
+        "loss_first": losses[0] if losses else float("nan"),
+        "loss_final": losses[-1] if losses else float("nan"),
+    }
     return model.inp.detach().cpu().numpy().astype(np.float32), stats

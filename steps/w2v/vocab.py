@@ -2,6 +2,7 @@
 
 The formulas are word2vec's (and gensim's), so the PyTorch trainer and the gensim baseline
 drop and sample words with the same probabilities."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -13,8 +14,8 @@ import numpy as np
 
 @dataclass
 class Vocab:
-    words: list[str]          # most frequent first (ties broken alphabetically: deterministic)
-    counts: np.ndarray        # int64, same order
+    words: list[str]  # most frequent first (ties broken alphabetically: deterministic)
+    counts: np.ndarray  # int64, same order
 
     @classmethod
     def build(cls, sentences: Iterable[list[str]], min_count: int = 5) -> "Vocab":

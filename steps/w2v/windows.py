@@ -6,6 +6,7 @@ grouped by b, in text order) and each group's (windows, 2b) context matrix is ga
 by `gather_windows`; no pair list is ever materialised. Grouping by b keeps shapes static (one
 compiled graph per b) and wastes no work on padding except at sentence edges.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,12 +27,12 @@ class EpochPlan:
     A group's windows are gathered at once (vectorised) and the batches are views into them:
     indices materialised once make the compiled step's inner loops ~20% faster than gathering
     inside it. A batch is topped up with empty windows (padding center, no valid slot)."""
-    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]   # in training order
-    kept: int                     # tokens left after subsampling
+
+    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # in training order
+    kept: int  # tokens left after subsampling
 
 
-def plan_epoch(ids, sid, keep_prob, window: int, batch: int, rng: np.random.Generator,
-               device="cpu") -> EpochPlan:
+def plan_epoch(ids, sid, keep_prob, window: int, batch: int, rng: np.random.Generator, device="cpu") -> EpochPlan:
     """Subsample, draw each center's b, group the centers by b and cut each group into equal
     batches; batches run in text order (by their first center), as gensim walks the text.
     Measured on the plays: text order is faster than shuffled batches (neighbouring windows
@@ -41,16 +42,16 @@ def plan_epoch(ids, sid, keep_prob, window: int, batch: int, rng: np.random.Gene
     x, s = subsample(ids, sid, keep_prob, rng)
     n = len(x)
     b = rng.integers(1, window + 1, size=n)
-    order = np.argsort(b, kind="stable")              # grouped by b, text order within a group
+    order = np.argsort(b, kind="stable")  # grouped by b, text order within a group
     bounds = np.concatenate([[0], np.cumsum(np.bincount(b, minlength=window + 1)[1:])])
-    tokens = torch.zeros(n + 1, dtype=torch.int64)    # slot n: padding (sentence -1)
+    tokens = torch.zeros(n + 1, dtype=torch.int64)  # slot n: padding (sentence -1)
     sentence = torch.full((n + 1,), -1, dtype=torch.int64)
     tokens[:n], sentence[:n] = torch.from_numpy(x), torch.from_numpy(s)
     tokens, sentence = tokens.to(device), sentence.to(device)
     firsts, batches = [], []
     for w in range(1, window + 1):
-        group = order[bounds[w - 1]:bounds[w]]
-        group = np.concatenate([group, np.full(-len(group) % batch, n)])   # pad: empty windows
+        group = order[bounds[w - 1] : bounds[w]]
+        group = np.concatenate([group, np.full(-len(group) % batch, n)])  # pad: empty windows
         firsts.append(group[::batch])
         ctx, mask, center = gather_windows(tokens, sentence, torch.from_numpy(group).to(device), w)
         batches += zip(ctx.split(batch), mask.split(batch), center.split(batch))
@@ -63,8 +64,7 @@ def gather_windows(tokens: torch.Tensor, sentence: torch.Tensor, centers: torch.
 
     Column j of the window is offset -w..-1, 1..w; masked slots hold a real id but must get
     zero weight."""
-    offsets = torch.cat([torch.arange(-w, 0, device=centers.device),
-                         torch.arange(1, w + 1, device=centers.device)])
+    offsets = torch.cat([torch.arange(-w, 0, device=centers.device), torch.arange(1, w + 1, device=centers.device)])
     pos = centers.unsqueeze(1) + offsets
     cap = tokens.shape[0]
     clamped = pos.clamp(0, cap - 1)

@@ -4,6 +4,7 @@ launch.jax_env sets JAX_PLATFORMS (and XLA_FLAGS for N host devices) in this pro
 environment, so jax is first imported here, after them. The plan's engine (engines.py: JitEngine,
 ShardMapEngine or Lessons) runs the cell; its record is DIR/rank0.json. Nothing imports this module.
 """
+
 from __future__ import annotations
 
 import json

@@ -10,6 +10,7 @@ fp32 matmuls run at "highest" precision (set by __main__.py): XLA's default ther
 The model (mlp.py, gpt.py) supplies weights, specs and forward. Parity is against the unsharded
 step on one device (same weights, batches) and, with cross_backend, against torch's.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,6 +49,7 @@ def make_loss(plan: Plan, model, names, explicit: bool):
     def loss(params, x, y):
         local = jnp.mean((model.forward(plan, params, x, tp, gather) - y) ** 2)
         return jax.lax.pmean(local, plan.data_axis) if explicit and plan.data_axis else local
+
     return loss
 
 
@@ -65,9 +67,10 @@ def optimizer(plan: Plan):
             return {k: params[k] - lr * m[k] for k in params}, {"m": m}
         m = {k: state["m"][k] + (grads[k] - state["m"][k]) * (1 - b1) for k in params}
         v = {k: state["v"][k] * b2 + grads[k] * grads[k] * (1 - b2) for k in params}
-        c1, c2 = 1 - b1 ** step, (1 - b2 ** step) ** 0.5
+        c1, c2 = 1 - b1**step, (1 - b2**step) ** 0.5
         new = {k: params[k] - (lr / c1) * m[k] / (jnp.sqrt(v[k]) / c2 + eps) for k in params}
         return new, {"m": m, "v": v}
+
     return init, update
 
 
@@ -92,6 +95,7 @@ class JaxEngine:
             loss, grads = vg(params, x, y)
             params, state = update(params, grads, state, t)
             return params, state, loss, grads
+
         if not sharded:
             return jax.jit(step), None
         ps = {k: NamedSharding(mesh, model.spec(plan, k)) for k in names}
@@ -148,18 +152,28 @@ class JaxEngine:
         final = {k: np.asarray(v) for k, v in res["params"].items()}
         ref_final = {k: np.asarray(v) for k, v in ref["params"].items()}
         return {
-            "rank": 0, "world": plan.world, "losses": res["losses"], "step_s": res["step_s"][1:] or res["step_s"],
-            "comm_bytes": [comm] * plan.steps, "comm_calls": calls,
+            "rank": 0,
+            "world": plan.world,
+            "losses": res["losses"],
+            "step_s": res["step_s"][1:] or res["step_s"],
+            "comm_bytes": [comm] * plan.steps,
+            "comm_calls": calls,
             "dloss": [abs(a - b) for a, b in zip(res["losses"], ref["losses"])],
             "dgrad": [max_delta(a, b)[0] for a, b in zip(res["grads"], ref["grads"])],
             "dparam": max_delta(final, ref_final)[0],
-            **({"xb_dloss": max(abs(a - b) for a, b in zip(res["losses"], xb[0])),
-                "xb_dparam": max_delta(final, xb[1])[0]} if xb else {}),
+            **(
+                {
+                    "xb_dloss": max(abs(a - b) for a, b in zip(res["losses"], xb[0])),
+                    "xb_dparam": max_delta(final, xb[1])[0],
+                }
+                if xb
+                else {}
+            ),
             "state_bytes": {"params": dev_p[worst], "grads": dev_g[worst], "optim": dev_o[worst]},
             "analytic": self.model.analytic(plan, {k: int(v.size) for k, v in final.items()}),
             "peak_rss_bytes": hardware.peak_rss_bytes(),
             "notes": f"{plan.world} {jax.default_backend()} device(s); HLO collectives "
-                     + ", ".join(f"{k}×{v}" for k, v in calls.items()),
+            + ", ".join(f"{k}×{v}" for k, v in calls.items()),
         }
 
 
@@ -181,4 +195,5 @@ class ShardMapEngine(JaxEngine):
 
         def grad_fn(params, x, y):
             return jax.value_and_grad(body)(params, x, y)
+
         return jax.shard_map(grad_fn, mesh=mesh, in_specs=(specs, data, data), out_specs=(P(), specs))

@@ -4,6 +4,7 @@ weights the row-parallel W2, every norm and row-parallel bias the replicated b2.
 under TP (n_head/tp per device), exactly as the torch attention derives them from the shape.
 Loss: MSE of the blocks' output against a fixed target (no embeddings: the blocks are what shards).
 """
+
 from __future__ import annotations
 
 import jax
@@ -14,8 +15,14 @@ from steps.parallel import analytic
 from steps.parallel.jax.specs import SPECS, remat
 from steps.parallel.plan import Plan
 
-LINEARS = {"attn.q_proj": "col", "attn.k_proj": "col", "attn.v_proj": "col", "attn.o_proj": "row",
-           "mlp.c_fc": "col", "mlp.c_proj": "row"}
+LINEARS = {
+    "attn.q_proj": "col",
+    "attn.k_proj": "col",
+    "attn.v_proj": "col",
+    "attn.o_proj": "row",
+    "mlp.c_fc": "col",
+    "mlp.c_proj": "row",
+}
 
 
 def names_and_shapes(plan: Plan) -> dict[str, tuple]:
@@ -72,8 +79,11 @@ class GPTBlocksModel:
     def spec(self, plan: Plan, name: str):
         layer = name.rsplit(".", 1)[0].split(".", 3)[-1]  # e.g. attn.q_proj
         kind = LINEARS.get(layer)
-        key = {"col": "w1" if name.endswith("weight") else "b1", "row": "w2" if name.endswith("weight") else "b2",
-               None: "b2"}[kind]
+        key = {
+            "col": "w1" if name.endswith("weight") else "b1",
+            "row": "w2" if name.endswith("weight") else "b2",
+            None: "b2",
+        }[kind]
         return SPECS[plan.strategy][key]
 
     def batch(self, plan: Plan, t: int):
@@ -89,7 +99,8 @@ class GPTBlocksModel:
             keys = [k for k in params if k.startswith(pre)]
 
             def f(x, *ws, keys=keys, pre=pre):
-                return gpt_block({k[len(pre):]: gather(k, w) for k, w in zip(keys, ws)}, x, hd, tp)
+                return gpt_block({k[len(pre) :]: gather(k, w) for k, w in zip(keys, ws)}, x, hd, tp)
+
             x = remat(plan, f)(x, *(params[k] for k in keys))
         return x
 
@@ -99,4 +110,5 @@ class GPTBlocksModel:
     def torch_reference(self, plan: Plan):
         """The same blocks as torch modules from steps/models/gpt.py, same weights and batches."""
         from steps.parallel.reference import gpt_blocks_reference  # torch only for a cross-backend cell
+
         return gpt_blocks_reference(plan, self.init(plan), [self.batch(plan, t) for t in range(plan.steps)])

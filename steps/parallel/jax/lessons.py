@@ -7,6 +7,7 @@ import the engine, never the other way.
            compiles once per value; lax.cond compiles once and traces both branches
   sharding a text rendering of where each slice of an array lives for several PartitionSpecs
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -77,8 +78,12 @@ def branching() -> dict:
     counts = dict(traces)  # before the check below, which traces again
     v = jnp.full(4, -1.0)
     agree = bool(jnp.allclose(f_cond(v), f_static(v, False)))
-    return {"python_if_under_jit_fails": python_if_fails, "static_branch_compiles": counts["static"],
-            "lax_cond_compiles": counts["cond"], "cond_matches_python": float(agree)}
+    return {
+        "python_if_under_jit_fails": python_if_fails,
+        "static_branch_compiles": counts["static"],
+        "lax_cond_compiles": counts["cond"],
+        "cond_matches_python": float(agree),
+    }
 
 
 def sharding_text(devices: int) -> str:
@@ -111,7 +116,9 @@ class Lessons:
         n = min(plan.world, len(jax.devices()))  # the mesh's devices, not every visible GPU
         (out / "sharding_lessons.txt").write_text(sharding_text(n))
         rec["devices"], rec["platform"] = n, jax.default_backend()
-        rec["notes"] = (f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
-                        f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
-                        f"{rec['lax_cond_compiles']}×")
+        rec["notes"] = (
+            f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
+            f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
+            f"{rec['lax_cond_compiles']}×"
+        )
         return rec

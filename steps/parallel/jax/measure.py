@@ -1,6 +1,7 @@
 """What a JAX cell measures: the collectives in the compiled HLO (every all-reduce / all-gather /
 reduce-scatter / collective-permute / all-to-all, its shape and replica-group size) in
 analytic.py's ring convention, the bytes each device holds, and where each slice lives."""
+
 from __future__ import annotations
 
 import re
@@ -11,15 +12,24 @@ import numpy as np
 from steps.parallel.analytic import ring_bytes
 
 _DT = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s64": 8, "pred": 1}
-_COLL = re.compile(r"=\s*(\(.*?\)|\w+\[[\d,]*\](?:\{[^}]*\})?)\s+(all-reduce|all-gather|reduce-scatter|"
-                   r"collective-permute|all-to-all)(?:-start)?\(")
-_RING_OP = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter",
-            "collective-permute": "send", "all-to-all": "all_to_all"}
+_COLL = re.compile(
+    r"=\s*(\(.*?\)|\w+\[[\d,]*\](?:\{[^}]*\})?)\s+(all-reduce|all-gather|reduce-scatter|"
+    r"collective-permute|all-to-all)(?:-start)?\("
+)
+_RING_OP = {
+    "all-reduce": "all_reduce",
+    "all-gather": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "collective-permute": "send",
+    "all-to-all": "all_to_all",
+}
 
 
 def _shape_bytes(text: str) -> int:
-    return sum(_DT.get(dt, 4) * int(np.prod([int(d) for d in dims.split(",") if d] or [1]))
-               for dt, dims in re.findall(r"(\w+)\[([\d,]*)\]", text))
+    return sum(
+        _DT.get(dt, 4) * int(np.prod([int(d) for d in dims.split(",") if d] or [1]))
+        for dt, dims in re.findall(r"(\w+)\[([\d,]*)\]", text)
+    )
 
 
 def _group_size(line: str, world: int) -> int:

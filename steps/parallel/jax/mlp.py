@@ -1,5 +1,6 @@
 """The toy MLP in JAX (same numpy weights and batches as torch: mlp_init.py), in the shape the
 engine asks of a model: init, spec, batch, forward, analytic, torch_reference."""
+
 from __future__ import annotations
 
 import jax
@@ -35,6 +36,7 @@ class MLPModel:
 
             def f(x, *ws, keys=keys):
                 return block(x, *(gather(k, w) for k, w in zip(keys, ws)), tp_axis=tp)
+
             x = remat(plan, f)(x, *(params[k] for k in keys))
         return x
 
@@ -46,6 +48,7 @@ class MLPModel:
         import torch  # only a cell that compares backends loads torch into the JAX process
 
         from steps.parallel.reference import DTYPES, mlp_reference
+
         dtype = DTYPES[plan.dtype]
         full = {k: torch.tensor(v, dtype=dtype) for k, v in self.init(plan).items()}
         losses, _, params = mlp_reference(plan, full, dtype)

@@ -2,6 +2,7 @@
 a role of the Megatron MLP: w1/b1 column-parallel weight/bias, w2 row-parallel weight, b2
 replicated (row-parallel bias, norms); SPECS gives each role's PartitionSpec per strategy. FSDP
 shards every tensor on top of TP."""
+
 from __future__ import annotations
 
 import jax

@@ -2,6 +2,7 @@
 parallelize_gpt (DDP, FSDP2, TP, dp×tp, fsdp×tp), PipelineEngine runs pipeline_gpt. Both start
 from the single-device GPT (gpt.full_model: same seed, same weights on every rank) and count the
 collectives that reach the dispatcher (comm.NativeCommMode)."""
+
 from __future__ import annotations
 
 import torch
@@ -69,8 +70,9 @@ class NativeEngine(GPTEngine):
             model = GPTLMHeadModel(gpt_config(plan)).to(dtype)
         self.model = parallelize_gpt(model, self.mesh, plan)
         self.model.to_empty(device=_device_type())
-        set_model_state_dict(self.model, full_sd,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        set_model_state_dict(
+            self.model, full_sd, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        )
 
     def train_step(self, ids) -> torch.Tensor:
         loss = self.model(ids, labels=ids).loss
@@ -110,5 +112,6 @@ class PipelineEngine(GPTEngine):
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
         """Every stage's tensors, gathered on the CPU (comm.gather_state)."""
         mine = dict(self.ref_model.named_parameters())
-        return comm.gather_state({k: full_tensor(mine[k] if kind == "param" else mine[k].grad)
-                                  for k in self.stage_names})
+        return comm.gather_state(
+            {k: full_tensor(mine[k] if kind == "param" else mine[k].grad) for k in self.stage_names}
+        )

@@ -9,12 +9,18 @@
                  through a shard axis of size 1, torchtitan's dp_replicate; see gpt_mesh_shape)
 Activation checkpointing and compile (torchtitan's steps between TP and FSDP) are not applied here.
 """
+
 from __future__ import annotations
 
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                               SequenceParallel, parallelize_module)
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.parallel.plan import Plan
@@ -31,16 +37,28 @@ def gpt_mesh_shape(plan: Plan) -> dict[str, int]:
 def tp_plan(sequence_parallel: bool) -> dict:
     out = Shard(1) if sequence_parallel else Replicate()
     p = {f"attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")}
-    p.update({"attn.o_proj": RowwiseParallel(output_layouts=out), "mlp.c_fc": ColwiseParallel(),
-              "mlp.c_proj": RowwiseParallel(output_layouts=out)})
+    p.update(
+        {
+            "attn.o_proj": RowwiseParallel(output_layouts=out),
+            "mlp.c_fc": ColwiseParallel(),
+            "mlp.c_proj": RowwiseParallel(output_layouts=out),
+        }
+    )
     if sequence_parallel:  # norms and residual on T/tp rows; all-gather before attn/mlp, reduce-scatter after
-        p.update({"ln_1": SequenceParallel(use_local_output=True), "ln_2": SequenceParallel(use_local_output=True),
-                  "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None),
-                                             desired_input_layouts=(Replicate(), None, None)),
-                  "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
+        p.update(
+            {
+                "ln_1": SequenceParallel(use_local_output=True),
+                "ln_2": SequenceParallel(use_local_output=True),
+                "attn": PrepareModuleInput(
+                    input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
+                ),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            }
+        )
     else:  # one DTensor input for q, k and v: their partial input grads are summed, then all-reduced once
-        p["attn"] = PrepareModuleInput(input_layouts=(Replicate(), None, None),
-                                       desired_input_layouts=(Replicate(), None, None))
+        p["attn"] = PrepareModuleInput(
+            input_layouts=(Replicate(), None, None), desired_input_layouts=(Replicate(), None, None)
+        )
     return p
 
 
@@ -48,10 +66,16 @@ def apply_tp(model, tp_mesh, sequence_parallel: bool) -> None:
     for block in model.transformer.h:
         parallelize_module(block, tp_mesh, tp_plan(sequence_parallel))
     if sequence_parallel:  # enter the sequence-sharded region at the first block, leave it at ln_f
-        parallelize_module(model.transformer.h[0], tp_mesh, PrepareModuleInput(
-            input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True))
-        parallelize_module(model.transformer.ln_f, tp_mesh, PrepareModuleInput(
-            input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True))
+        parallelize_module(
+            model.transformer.h[0],
+            tp_mesh,
+            PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=True),
+        )
+        parallelize_module(
+            model.transformer.ln_f,
+            tp_mesh,
+            PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
+        )
 
 
 def apply_fsdp(model, dp_mesh) -> None:

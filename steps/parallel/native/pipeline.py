@@ -1,6 +1,7 @@
 """pipeline_gpt: our GPT cut into S stages of n_layer/S blocks (torch.distributed.pipelining),
 each stage on its rank with a GPipe or 1F1B schedule. The head is untied under PP (wte on the
 first stage, lm_head on the last: gpt.gpt_config)."""
+
 from __future__ import annotations
 
 import torch

@@ -5,6 +5,7 @@ the full-batch gradient (DDP's bucketing/overlap left out so the cost stays visi
 `DataParallel` wraps any Stack (the plain MLP, or the TP-sharded MLP for dp×tp): the group is
 whichever axis of the mesh replicates it.
 """
+
 from __future__ import annotations
 
 import torch

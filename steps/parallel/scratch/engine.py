@@ -4,6 +4,7 @@ from the plan, behind the RankEngine interface the rank loop drives (engines.py)
 BUILDERS maps each strategy to a function returning (the sharded MLP, this rank's index on the
 data axis, that axis' size); the engine registry lists these strategies for torch_scratch.
 """
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -44,8 +45,7 @@ def build_pp(plan: Plan, full: dict):
 
 
 def build_dp_tp(plan: Plan, full: dict):
-    mesh = init_device_mesh(torch.get_default_device().type, tuple(plan.mesh.values()),
-                            mesh_dim_names=tuple(plan.mesh))
+    mesh = init_device_mesh(torch.get_default_device().type, tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
     model = DataParallel(TensorParallelMLP(full, mesh.get_group("tp")), mesh.get_group("dp"))
     return model, mesh.get_local_rank("dp"), plan.axis("dp")
 
@@ -62,8 +62,10 @@ class ScratchEngine:
         self.model, self.data_rank, self.data_size = BUILDERS[plan.strategy](plan, self.full)
 
     def batch(self, step: int, dtype):
-        x, y = (torch.tensor(a, dtype=dtype) for a in make_batch(self.plan.batch_size, self.plan.mlp["dim"],
-                                                                  self.plan.seed, step))
+        x, y = (
+            torch.tensor(a, dtype=dtype)
+            for a in make_batch(self.plan.batch_size, self.plan.mlp["dim"], self.plan.seed, step)
+        )
         return tuple(t.chunk(self.data_size)[self.data_rank] for t in (x, y))
 
     def train_step(self, batch) -> torch.Tensor:

@@ -7,6 +7,7 @@ of the batch. A block's full parameters exist only while it runs:
 so a step moves 3Ψ·(N-1)/N bytes per rank, 1.5× DP, for 1/N of the state.
 (Real FSDP keeps the block's activations instead of recomputing; the communication is the same.)
 """
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,7 @@ class FSDPUnit(nn.Module):
         self.chunk = math.ceil(self.numel / self.size)
         flat = torch.zeros(self.chunk * self.size, dtype=tensors[0].dtype)
         flat[: self.numel] = torch.cat([t.reshape(-1) for t in tensors])
-        self.shard = nn.Parameter(flat[self.rank * self.chunk:(self.rank + 1) * self.chunk].clone())
+        self.shard = nn.Parameter(flat[self.rank * self.chunk : (self.rank + 1) * self.chunk].clone())
 
     def gather(self, shard: torch.Tensor) -> torch.Tensor:
         out = torch.empty(self.chunk * self.size, dtype=shard.dtype)

@@ -8,6 +8,7 @@ Sends are `isend` (waited at the end of the step) so the 1F1B cross-over never d
 receives block. The loss of a micro-batch is divided by M so the summed gradients equal the
 full-batch gradient.
 """
+
 from __future__ import annotations
 
 import torch

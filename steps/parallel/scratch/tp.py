@@ -9,6 +9,7 @@ activation never leaves the rank. Two conjugate operators (Megatron's names) glu
 Per block and step: one all-reduce of (batch, dim) forward and one backward — the first block's
 copy-to backward is skipped because the input needs no gradient, hence (2L-1) all-reduces per step.
 """
+
 from __future__ import annotations
 
 import torch
