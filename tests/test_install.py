@@ -198,9 +198,11 @@ SDIST_ONLY = ["connection_pool"]
 def _index_url() -> str:
     if os.environ.get("PIP_INDEX_URL"):
         return os.environ["PIP_INDEX_URL"]
-    from pip._internal.models.index import PyPI  # pip's default index, whatever its address
-
-    return PyPI.simple_url
+    # pip's default index, whatever its address; asked in a child process: importing pip here
+    # switches off setuptools' distutils shim for the whole test session, and a later
+    # torch.compile (Inductor imports setuptools) then fails on the stdlib distutils
+    code = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _interpreter(version: str) -> str | None:
