@@ -34,22 +34,15 @@ def clean_env() -> dict:
     return env
 
 
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    """The real snakemake CLI on the project's Snakefile and the smoke config, inside `workdir`."""
+    snake = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--directory", str(workdir)]
+    return [*snake, "--cores", "2", "--configfile", str(SMOKE), *args]
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     """Run the real snakemake CLI on the project's Snakefile inside `workdir`."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        "--configfile",
-        str(SMOKE),
-        *args,
-    ]
+    cmd = snakemake_cmd(workdir, *args)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env())
     if check and proc.returncode != 0:
         logs = (

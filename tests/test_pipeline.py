@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMOKE, SNAKEFILE, clean_env, mlflow_runs, smoke_cells, snakemake
+from tests.conftest import clean_env, mlflow_runs, smoke_cells, snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -67,21 +66,7 @@ def test_forcerun_one_stage_plans_only_it_and_dependents(smoke_dag):
 def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "--directory",
-        str(tmp_path),
-        "--cores",
-        "2",
-        "--configfile",
-        str(SMOKE),
-        "--until",
-        "train_tokenizer",
-    ]
+    cmd = snakemake_cmd(tmp_path, "--until", "train_tokenizer")
     proc = subprocess.Popen(
         cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
