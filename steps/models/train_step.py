@@ -19,7 +19,7 @@ Options (the perf knobs that belong to the step, not to the model):
   grad_clip      max global gradient norm (0 = no clipping; the norm is still returned as NaN)
   accelerate     HF accelerate's Accelerator.prepare(model, optimizer) (mixed precision its own)
 Model knobs (attention kind, activation checkpointing, fused kernels, vocabulary padding) are
-the model's config: `steps.perf.step.build_model` applies them.
+the model's config: `steps.perf.step.build_step` applies them.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 # gpt_train names its precision by the dtype: the same three choices
 AMP_OF_DTYPE = {"float32": "none", "bfloat16": "bf16", "float16": "fp16"}
+DTYPE_OF_AMP = {amp: dtype for dtype, amp in AMP_OF_DTYPE.items()}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 from steps.config import ConfigError
-from steps.models.train_step import StepOptions, TrainStep, set_tf32
+from steps.models.train_step import DTYPE_OF_AMP, StepOptions, TrainStep
 from steps.tracking import SkipCell
 
 MODEL_KEYS = (
@@ -74,7 +74,7 @@ def peak_dtype(p: dict) -> str:
     """The matmul dtype that bounds this cell: the MFU denominator is measured in it (fp8 cells
     too are quoted against the autocast dtype's peak, as torchtitan quotes its fp8 runs: the
     attention, the head and the loss stay in bf16)."""
-    return {"bf16": "bfloat16", "fp16": "float16"}.get(p["amp"], "float32")
+    return DTYPE_OF_AMP[p["amp"]]
 
 
 def padded_vocab(p: dict) -> int:
@@ -121,7 +121,6 @@ def build_step(p: dict, device: torch.device, probe=None) -> tuple[TrainStep, di
 
     micro_batch(p)
     opts = StepOptions.from_params(p)
-    set_tf32(opts.tf32, device)
     probe = probe or (lambda label, trainer: None)
     probe("before model", None)
     model = GPTLMHeadModel(gpt_config(p)).to(device)
