@@ -43,8 +43,10 @@ def setup(shape: Shape, plan: ScalePlan):
     return sizes, Recipe(reshard=plan.zero_stage != 2, sp=plan.sp, gpt=gpt), ac
 
 
-def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str]:
-    """(metrics, the memory text of the report, the simulated comm by axis) of one plan."""
+def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
+    """(metrics, the memory and comm texts of the report, the simulated comm by axis) of one plan.
+    Both sides of every ratio are the plan as simulated: with the AC it ran (`setup`), which for a
+    Llama plan with AC is none, so the comm compared leaves out the recomputed TP collectives."""
     from steps.sim import fakeworld as fw  # torch: only where a cell simulates
 
     sizes, recipe, ac = setup(shape, plan)
@@ -71,5 +73,6 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str]:
         with_gathered = act["kept"] + act["sp_gathered"]
         m["saved_ratio_torch_sp"] = step.saved / with_gathered
         text += f" Megatron-SP, {with_gathered / GiB:.2f} with torch's gathered norm outputs"
+    comm_text = f"{comm / GiB:.2f} sim / {an_comm / GiB:.2f} analytic ({label})"
     comm_sim = ", ".join(f"{k} {v / GiB:.2f}" for k, v in sorted(step.comm.items()) if v)
-    return m, text, comm_sim
+    return m, text, comm_text, comm_sim
