@@ -4,9 +4,10 @@ A thin launcher around the real `mlflow server` (same as `mlflow ui --backend-st
 sqlite:///results/mlflow.db --host 127.0.0.1`), which also picks a free port when asked and refuses
 a missing database instead of silently creating an empty one.
 
-The address it prints opens MLflow 3's model-training pages (`?workflowType=machine_learning`): the
-UI's default, per browser, is its GenAI pages, where an experiment opens on an empty traces overview.
-Clicking "Model training" at the top left once makes the browser keep that choice.
+The server runs the lab's MLflow app (`steps/tracking/mlflow_app.py`): MLflow's own, but a browser
+with no choice stored opens the UI's model-training pages, where an experiment opens on its runs,
+instead of its GenAI pages and an empty traces overview. The address it prints also carries
+`?workflowType=machine_learning`, which the UI honours on any server.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from steps import paths
 from steps.tracking.describe import ui_url
+
+APP_NAME = "n00bgpt-lab"  # the `mlflow.app` entry point in pyproject.toml: steps/tracking/mlflow_app.py
 
 
 def free_port() -> int:
@@ -41,6 +44,8 @@ def server_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
         str(port),
         "--workers",
         "1",
+        "--app-name",
+        APP_NAME,
     ]
 
 

@@ -11,6 +11,7 @@ import urllib.request
 import pandas as pd
 import pytest
 
+from steps.tracking.mlflow_app import DEFAULT_SCRIPT
 from tests.conftest import ROOT, clean_env, smoke_cells, snakemake
 
 pytestmark = pytest.mark.slow
@@ -76,6 +77,9 @@ def test_ui_server_serves_every_run_with_tags(smoke_dag):
             except OSError:
                 assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
                 time.sleep(0.5)
+        with urllib.request.urlopen(f"{base}/", timeout=10) as r:
+            page = r.read().decode()
+        assert page.index(DEFAULT_SCRIPT) < page.index("static/js/main.")  # set before the UI's bundle runs
         exps = _get(f"{base}/api/2.0/mlflow/experiments/search", {"max_results": 1000})["experiments"]
         names = {e["name"] for e in exps}
         ids = [e["experiment_id"] for e in exps]

@@ -10,7 +10,9 @@ MLflow conventions used (mlflow.utils.mlflow_tags):
 
 MLflow 3.17's UI decides between its GenAI pages (traces overview) and its model-training pages
 (runs table) with one switch per browser ("GenAI | Model training", default GenAI) that the URL
-parameter `workflowType=machine_learning` overrides; `ui_url` adds it to every address the lab prints.
+parameter `workflowType=machine_learning` overrides; `ui_url` adds it to every address the lab prints,
+and the server `python -m steps.ui` starts (steps/tracking/mlflow_app.py) sets that switch for a
+browser that has none stored.
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""The lab's MLflow server app: MLflow's own, whose UI a new browser opens on its runs.
+
+MLflow 3's UI keeps one "GenAI | Model training" switch per browser, in `localStorage` under
+`mlflow.workflowType_v1`, and starts a new browser in GenAI mode: an experiment then opens on an
+empty traces overview, not on its runs (3.17's UI no longer reads the experiment's
+`mlflow.experimentKind` tag). This app is MLflow's server app, registered as the `mlflow.app` plugin
+`n00bgpt-lab` (pyproject.toml) and started by `python -m steps.ui` as
+`mlflow server --app-name n00bgpt-lab`; the one change: the UI's page sets the switch to
+"Model training" when the browser has no choice stored yet. A choice the user makes stays theirs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flask import Flask, Response
+
+WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
+DEFAULT_SCRIPT = (
+    "<script>try{if(!localStorage.getItem(%r))localStorage.setItem(%r,'\"machine_learning\"')}catch(e){}</script>"
+    % (WORKFLOW_KEY, WORKFLOW_KEY)
+)
+
+
+def with_model_training_default(page: bytes) -> bytes:
+    """The UI's index.html with the default set before its bundle runs (first thing in <head>)."""
+    head = page.find(b"<head>")
+    if head < 0:
+        return page
+    at = head + len(b"<head>")
+    return page[:at] + DEFAULT_SCRIPT.encode() + page[at:]
+
+
+def add_default(app: Flask) -> Flask:
+    """Serve the UI's page (MLflow's `serve` view, the route "/") with the default set in it."""
+    folder = Path(app.static_folder)
+
+    def serve() -> Response:
+        page = folder / "index.html"
+        if not page.exists():
+            return original()  # MLflow's own message for a source install without the UI build
+        return Response(with_model_training_default(page.read_bytes()), mimetype="text/html")
+
+    original = app.view_functions["serve"]
+    app.view_functions["serve"] = serve
+    return app
+
+
+def create_app():
+    """MLflow's server app plus the default above: FastAPI around Flask under uvicorn (MLflow's
+    default server), the Flask app itself under gunicorn/waitress."""
+    from mlflow.server import app
+
+    add_default(app)
+    if os.environ.get("_MLFLOW_SGI_NAME", "uvicorn") == "uvicorn":
+        from mlflow.server.fastapi_app import create_fastapi_app
+
+        return create_fastapi_app(app)
+    return app
