@@ -117,11 +117,11 @@ def test_headline_names_its_denominator():
 
 
 def test_planning_imports_stay_light():
-    """What the Snakefile imports to plan a DAG (config, hub; config loads steps.perf.ladder, hence
-    the steps.perf package) must not load torch, transformers or mlflow: each costs seconds on
-    every snakemake call. Stage modules themselves import their libraries at the top."""
+    """What the Snakefile imports to plan a DAG (config with its ladder expansion, hub) must not load
+    torch, transformers or mlflow: each costs seconds on every snakemake call. Stage modules
+    themselves import their libraries at the top."""
     code = (
-        "import sys, steps.config, steps.hub, steps.perf.ladder; "
+        "import sys, steps.config, steps.hub, steps.config.ladder; "
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'mlflow', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(

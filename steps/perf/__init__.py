@@ -3,10 +3,10 @@ perf" table). The stage is this package: `python -m steps.perf` (see __main__.py
 is in stage.py, the training step and its knobs in step.py, memory in memory.py, the fused
 kernels in fused.py (+ triton_kernels.py on CUDA).
 
-This package's own import stays light, for two reasons: `steps.config` imports `steps.perf.ladder`
-while Snakemake plans the DAG (which runs this file first), and `python -m steps.perf` re-executes
-itself with a malloc setting before any real work (__main__.py). So `run` imports the cell logic
-when a cell runs, and the figures import matplotlib when the report draws them.
+This package's own import stays light: `python -m steps.perf` re-executes itself with a malloc
+setting before any real work (__main__.py). So `run` imports the cell logic when a cell runs, and
+the figures import matplotlib when the report draws them. (The ladder's cells are expanded by the
+config, `steps/config/ladder.py`.)
 """
 
 from __future__ import annotations

@@ -95,22 +95,24 @@ def jobs_table(c, run_id: str) -> tuple[list[dict], str]:
 def failed_jobs(snakemake_log: str | None, since: float) -> list[tuple[str, str]]:
     """(error line, where) of every job of this invocation that failed: the records our jobs leave
     (failed.json, written since `since`), then jobs Snakemake saw fail with no such record (a crash
-    before the job could write one), from Snakemake's own log, their error from the job's log."""
+    before the job could write one), their error from the job's log. Each job's log path is the one
+    Snakemake's own log names for it (the rules' `log:`), never rebuilt here."""
+    text = Path(snakemake_log).read_text(errors="replace") if snakemake_log and Path(snakemake_log).exists() else ""
+    logs = {}  # (rule, cell) -> the job's log, from Snakemake's "Error in rule" blocks
+    for block in re.split(r"\n(?=Error in rule )", text)[1:]:
+        rule = block.split(":", 1)[0].removeprefix("Error in rule ").strip()
+        log = re.search(r"\n\s+log: (\S+)", block)
+        logs[(rule, Path(log.group(1)).stem if log else "")] = log.group(1) if log else ""
     out, seen = [], set()
     for rec in sorted([*paths.RESULTS.glob("*/*/failed.json"), *paths.RESULTS.glob("*/failed.json")]):
         if rec.stat().st_mtime >= since:
             r = json.loads(rec.read_text())
-            log = paths.RESULTS / "logs" / str(r.get("stage")) / f"{r.get('cell')}.log"
-            where = f"log {log}" if log.exists() else str(rec)
-            out.append((f"{r.get('stage')}[{r.get('cell')}] failed: {r.get('error')}", where))
+            log = logs.get((r.get("stage"), r.get("cell")))
+            out.append(
+                (f"{r.get('stage')}[{r.get('cell')}] failed: {r.get('error')}", f"log {log}" if log else str(rec))
+            )
             seen.add((r.get("stage"), r.get("cell")))
-    text = Path(snakemake_log).read_text(errors="replace") if snakemake_log and Path(snakemake_log).exists() else ""
-    for block in re.split(r"\n(?=Error in rule )", text)[1:]:
-        rule = block.split(":", 1)[0].removeprefix("Error in rule ").strip()
-        log = re.search(r"\n\s+log: (\S+)", block)
-        log = log.group(1) if log else ""
-        if (rule, Path(log).stem) not in seen:
-            out.append((error_line(log), f"log {log}"))
+    out += [(error_line(log), f"log {log}") for key, log in logs.items() if key not in seen]
     return out
 
 

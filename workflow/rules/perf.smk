@@ -1,6 +1,6 @@
 # Single-device perf matrix: one job (and one MLflow run) per perf.cells entry.
 # Every cell but a baseline depends on its baseline's metrics.json (speedup, loss drift, Change);
-# perf.ladder cells (steps/perf/ladder.py) compare against their shape's baseline cell.
+# perf.ladder cells (steps/config/ladder.py) compare against their shape's baseline cell.
 # threads = all cores: a perf job runs alone, so no other job steals cores from its timing.
 
 rule perf:

@@ -3,6 +3,7 @@
 The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each stage owns its
 keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
 keys and wrong types *before any job starts*, and names the key and the expected type.
+`perf.ladder` expands into perf cells here (`steps/config/ladder.py`), before validation of the cells.
 """
 
 from __future__ import annotations
@@ -16,17 +17,16 @@ from typing import Any
 import yaml
 from jsonschema import Draft7Validator, validators
 
-ROOT = Path(__file__).resolve().parent.parent
+from steps.config.base import ConfigError, deep_merge
+from steps.config.ladder import expand_ladder
+
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = ROOT / "workflow" / "schemas"
 CONFIG_DIR = ROOT / "configs"
 
 
 # Keys that describe a stage's matrix, not one job: never part of a cell's resolved config.
 MATRIX_KEYS = ("cells", "select", "ladder")
-
-
-class ConfigError(ValueError):
-    """A config problem, phrased for the person who wrote the YAML."""
 
 
 def _extend_with_default(validator_class):
@@ -121,24 +121,12 @@ def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
         )
 
 
-def deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
 def validate_config(config: dict, where: str = "merged config") -> dict:
     """Fill defaults and validate; then validate every matrix cell merged onto its stage."""
     schema = load_schema()
     cfg = coerce_numbers(copy.deepcopy(config), schema)
     _validate(cfg, schema, where, fill=True)
     if isinstance(cfg.get("perf"), dict):
-        from steps.perf.ladder import expand_ladder  # perf.ladder -> generated cells
-
         cfg["perf"] = expand_ladder(cfg["perf"])
     for stage, sub in schema["properties"].items():
         section = cfg.get(stage)

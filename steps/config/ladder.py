@@ -22,7 +22,7 @@ Cells declared by hand in `perf.cells` stay as they are; a generated name may no
 
 from __future__ import annotations
 
-from steps.config import ConfigError, deep_merge
+from steps.config.base import ConfigError, deep_merge
 
 
 def ladder_cells(ladder: dict) -> dict[str, dict]:
