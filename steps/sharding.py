@@ -60,7 +60,7 @@ def summarize(plan, ranks: list[dict]) -> dict:
 
 
 def per_rank_table(ranks: list[dict]):
-    import pandas as pd
+    import pandas as pd  # report-side only: a cell's job never needs it
 
     return pd.DataFrame(
         [

@@ -21,6 +21,8 @@ import functools
 import torch
 from torch import nn
 
+from steps.models.attention import CausalSelfAttention
+
 BACKENDS = ("auto", "triton", "compiled", "eager")
 
 
@@ -161,8 +163,6 @@ def fuse_model(model: nn.Module, softmax: bool, layernorm: bool, backend: str = 
 
     Softmax: attention modules expose `softmax` (used by the manual path) — sdpa does not use it,
     so asking for a fused softmax on an sdpa model is an error rather than a silent no-op."""
-    from steps.models.attention import CausalSelfAttention
-
     counts = {"softmax": 0, "layernorm": 0}
     for m in model.modules():
         if softmax and isinstance(m, CausalSelfAttention):

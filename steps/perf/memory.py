@@ -29,6 +29,9 @@ from contextlib import contextmanager
 
 import torch
 
+from steps import hardware
+from steps.models.chunked_ce import default_chunk_size
+
 MiB = 2**20
 
 # Activation elements per token per layer, grouped by who saves them (eager PyTorch, pre-LN block):
@@ -90,8 +93,6 @@ def analytic_memory(
         # chunked linear + cross-entropy (steps/models/chunked_ce.py) saves no logits: the
         # gradients w.r.t. its (fp32) input and the head weight, computed in forward, one
         # (chunk, V) block of logits + fp32 softmax + its gradient alive at a time
-        from steps.models.chunked_ce import default_chunk_size
-
         chunk = cfg.ce_chunk or default_chunk_size(tokens, V)
         head = tokens * (4 * d + 8) + tokens * 16 + tokens * d * 4 + V * d * 4
         chunk_logits = chunk * V * (low + 4 + 4)
@@ -187,8 +188,6 @@ class MemoryProbe:
     plus tracked tensor bytes (params + grads + optimizer state + saved activations)."""
 
     def __init__(self, device: torch.device):
-        from steps import hardware
-
         self.cuda = device.type == "cuda"
         self.hw = hardware
         self.rss0 = hardware.rss_bytes()

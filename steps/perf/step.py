@@ -14,7 +14,11 @@ from types import SimpleNamespace
 import torch
 
 from steps.config import ConfigError
+from steps.hardware import slow_matmul_reason
+from steps.models.fp8 import convert_to_fp8
+from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.train_step import DTYPE_OF_AMP, StepOptions, TrainStep
+from steps.perf.fused import fuse_model, triton_available
 from steps.tracking import SkipCell
 
 MODEL_KEYS = (
@@ -33,8 +37,6 @@ MODEL_KEYS = (
 
 def check_device(p: dict, device: torch.device) -> None:
     """SkipCell for knobs that exist only on CUDA (never emulated on CPU)."""
-    from steps.perf.fused import triton_available
-
     if device.type == "cuda":
         if p["fused_backend"] == "triton" and not triton_available():
             raise SkipCell("skipped: needs the triton package")
@@ -61,8 +63,6 @@ def check_native_amp(p: dict, device: torch.device) -> None:
     """SkipCell for an AMP cell whose dtype this CPU has no fast matmul for (no AVX512-BF16/AMX:
     bf16 matmuls run ~100x slower than fp32, an hours-long cell that says nothing about AMP).
     Decided by a small probe matmul (hardware.native_matmul); `skip_slow_amp: false` runs it."""
-    from steps.hardware import slow_matmul_reason
-
     if p["amp"] == "none" or not p["skip_slow_amp"]:
         return
     reason = slow_matmul_reason(peak_dtype(p), device.type)
@@ -85,8 +85,6 @@ def padded_vocab(p: dict) -> int:
 
 
 def gpt_config(p: dict):
-    from steps.models.gpt import GPTConfig
-
     return GPTConfig(
         **{**{k: p["model"][k] for k in MODEL_KEYS}, "vocab_size": padded_vocab(p)},
         attn=p["attn"],
@@ -116,9 +114,6 @@ def build_step(p: dict, device: torch.device, probe=None) -> tuple[TrainStep, di
 
     `probe(label, trainer)` (optional) is called at the seed's memory checkpoints while
     building: "before model", "after model", "after optimizer"."""
-    from steps.models.gpt import GPTLMHeadModel
-    from steps.perf.fused import fuse_model
-
     micro_batch(p)
     opts = StepOptions.from_params(p)
     probe = probe or (lambda label, trainer: None)
@@ -126,8 +121,6 @@ def build_step(p: dict, device: torch.device, probe=None) -> tuple[TrainStep, di
     model = GPTLMHeadModel(gpt_config(p)).to(device)
     fused = fuse_model(model, p["fused_softmax"], p["fused_layernorm"], p["fused_backend"])
     if p["model"]["fp8"]:
-        from steps.models.fp8 import convert_to_fp8
-
         fused["fp8_linear"] = convert_to_fp8(model)
     probe("after model", SimpleNamespace(model=model))
     ts = TrainStep(model, device, opts)

@@ -50,7 +50,7 @@ def digest(path: Path) -> tuple[str, dict]:
 def _hf_split(folder: Path) -> tuple[dict | None, dict]:
     """(mlflow colspec schema, rows) of one saved HF split: features from dataset_info.json, rows
     counted over its memory-mapped Arrow shards."""
-    import pyarrow as pa
+    import pyarrow as pa  # steps.tracking stays light (every stage imports it; mlflow_run's docstring)
 
     schema, extra = None, {}
     info_file = folder / "dataset_info.json"
@@ -67,7 +67,7 @@ def _hf_split(folder: Path) -> tuple[dict | None, dict]:
 
 
 def _csv(file: Path) -> tuple[dict, dict]:
-    import pandas as pd
+    import pandas as pd  # as above
 
     df = pd.read_csv(file)
     cols = [{"name": str(c), "type": "string" if df[c].dtype == object else str(df[c].dtype)} for c in df.columns]
@@ -93,7 +93,7 @@ def is_dataset_input(path: str) -> bool:
 
 def dataset_inputs(inputs: dict[str, str]) -> list:
     """MLflow DatasetInput entities for a job's data inputs (see the module docstring)."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # as above
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
     out = []

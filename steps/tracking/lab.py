@@ -21,7 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from mlflow.entities import Metric, Param
+
 from steps import paths
+from steps.config import cells
 from steps.tracking import store
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
 from steps.tracking.mlflow_run import LAB_RUN_ENV
@@ -55,10 +58,6 @@ def start(uri: str | None, config: dict, command: str = "") -> str:
         "command": command[:5000],
         **({"mlflow.source.git.commit": commit.removesuffix("-dirty")} if commit != "unknown" else {}),
     }
-    from mlflow.entities import Param
-
-    from steps.config import cells
-
     params = {k: str(v) for k, v in config.items() if not isinstance(v, dict)}
     for stage, section in config.items():
         if isinstance(section, dict) and "cells" in section:
@@ -148,7 +147,6 @@ def close(uri: str, run_id: str, status: str) -> float:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
     head = run.data.tags.get(NOTE, "").removesuffix(": running.")
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-    from mlflow.entities import Metric
 
     ts = int(time.time() * 1000)
     with store.write_lock(uri):
