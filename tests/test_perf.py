@@ -327,7 +327,10 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
         assert abs(m["mem_state_err_pct"]) < 10
     assert recs["baseline"]["info"]["vs_baseline"].startswith("A/A noise check: ")
     assert base["loss_drift"] == 0.0
-    assert recs["amp_bf16"]["info"]["vs_baseline"] in ("faster", "slower", "no difference")
+    low, high = bf16["speedup_low"], bf16["speedup_high"]
+    assert recs["amp_bf16"]["info"]["vs_baseline"] == (
+        "faster" if low > 1 else "slower" if high < 1 else "no difference"
+    )
     assert bf16["loss_drift"] == pytest.approx(bf16["loss"] - base["loss"])
     assert 0 < abs(bf16["loss_drift"]) < 0.1  # bf16 rounding moves the loss, a little
     assert recs["amp_bf16"]["info"]["change"] == "amp=bf16"
@@ -349,10 +352,14 @@ def test_interleaved_ratio_finds_no_difference_in_a_disguised_baseline_and_a_slo
     interval lies below 1). No timing is asserted, only where the interval lies."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    cells_ = {"same": {"desc": "the baseline under another name"}, "deep": {"model": {"n_layer": 8 * TOY["n_layer"]}}}
+    cells_ = {
+        "same": {"desc": "the baseline under another name"},
+        "deep": {"model": {"n_layer": 8 * TOY["n_layer"]}},
+        "shallow_vs_deep": {"desc": "the baseline, timed against deep", "baseline_cell": "deep"},
+    }
     over = {"model": TOY, "timed_steps": 20, "warmup_steps": 1, "peak_matmul_size": 128, "timeline_cell": "none"}
     cfg = load_config(DEFAULT, SMOKE, overrides={"perf": {**over, "cells": cells_}})
-    recs = run_cells(tmp_path, cfg, ("baseline", "same", "deep"))
+    recs = run_cells(tmp_path, cfg, ("baseline", "same", "deep", "shallow_vs_deep"))
     assert all(r["status"] == "ok" for r in recs.values()), recs
     same, deep = recs["same"], recs["deep"]
     assert same["info"]["change"] == "" and deep["info"]["change"] == f"model.n_layer={8 * TOY['n_layer']}"
@@ -362,6 +369,11 @@ def test_interleaved_ratio_finds_no_difference_in_a_disguised_baseline_and_a_slo
     assert same["metrics"]["loss_drift"] == 0.0  # same step, same seed, same batches: same loss
     assert deep["info"]["vs_baseline"] == "slower" and deep["metrics"]["speedup_high"] < 1, deep["metrics"]
     assert "loss_drift" not in deep["metrics"] and "not comparable" in deep["info"]["drift_note"]
+    # a cell timed against another change (its baseline_cell) says which, and so stays out of the
+    # headline, which names cells "faster" than the fp32 eager baseline
+    shallow = recs["shallow_vs_deep"]
+    assert shallow["info"]["vs_baseline"] == "vs deep: faster" and shallow["metrics"]["speedup_low"] > 1
+    assert shallow["info"]["change"] == f"model.n_layer={TOY['n_layer']}"
 
 
 def test_report_bar_chart_marks_skipped_cells(tmp_path, monkeypatch):
