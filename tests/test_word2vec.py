@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from steps.config import ConfigError, validate_config
+from steps.paired import ratio_of_pairs
 from steps.w2v.evaluate import keyed_vectors, save_word2vec_text
 from steps.w2v.model import SGNS, pair_weights, targets_of
 from steps.w2v.text import sentences, tokenize
@@ -381,14 +382,17 @@ def test_speed_vs_gensim_paired_ratio_on_toy_corpus():
     v = Vocab.build(sents, 1)
     corpus = Corpus(sents, v, *v.encode(sents), {})
     cfg = TrainConfig(dim=16, window=3, negative=3, epochs=1, batch_size=64, compile=False)
-    ratio, m = speed_vs_gensim(corpus, cfg, min_count=1, threads=1, pairs=21, words=120)
-    assert ratio.pairs == 21 and 0 < ratio.low <= ratio.ratio <= ratio.high < np.inf
+    ratio, times, m = speed_vs_gensim(corpus, cfg, min_count=1, threads=1, pairs=21, words=120)
+    assert ratio == ratio_of_pairs(times["ours_s"], times["gensim_s"]) and ratio.pairs == len(times["gensim_s"]) == 21
+    assert times["ours_first"] == [i % 2 == 0 for i in range(21)]  # A B, B A, ...
+    words = 21 * 120
+    assert m["vs_gensim_ours_words_per_s"] == pytest.approx(words / sum(times["ours_s"]))
+    assert m["vs_gensim_gensim_words_per_s"] == pytest.approx(words / sum(times["gensim_s"]))
     metrics = ratio.as_metrics("speed_vs_gensim")
     assert set(metrics) == {"speed_vs_gensim", "speed_vs_gensim_low", "speed_vs_gensim_high", "speed_vs_gensim_pairs"}
     # 22 slices of 10 sentences (12 words each); the first is the untimed warm-up pair
     assert cut_slices([12] * 200, 120, 22)[1:3] == [(10, 20), (20, 30)]
-    assert m["vs_gensim_words"] == 21 * 120
-    assert m["vs_gensim_ours_words_per_s"] > 0 and m["vs_gensim_gensim_words_per_s"] > 0
+    assert m["vs_gensim_words"] == words
 
 
 @pytest.mark.parametrize("key", ["window", "dim"])
@@ -545,14 +549,19 @@ def test_stage_runs_tracked_and_deterministic(tmp_path, monkeypatch):
     assert png.name == "word2vec_seeds.png" and png.stat().st_size > 0
     # ours vs gensim side by side: the configured pairs, the ratio inside its interval
     assert a["speed_vs_gensim_pairs"] == b["speed_vs_gensim_pairs"] == params["vs_gensim_pairs"] == 20
-    for r in (a, b):
-        assert 0 < r["speed_vs_gensim_low"] <= r["speed_vs_gensim"] <= r["speed_vs_gensim_high"]
+    for r, run in ((a, "a"), (b, "b")):
+        pairs = pd.read_csv(tmp_path / run / "results" / "word2vec" / "sgd" / "vs_gensim_pairs.csv")
+        got = ratio_of_pairs(pairs["ours_s"], pairs["gensim_s"])
+        assert (r["speed_vs_gensim"], r["speed_vs_gensim_low"], r["speed_vs_gensim_high"]) == pytest.approx(
+            (got.ratio, got.low, got.high), rel=1e-9
+        )
     assert records[0]["info"]["speed_vs_gensim"].startswith(f"{a['speed_vs_gensim']:.3g}x [")
     # like with like: the toy vocabulary and MiniLM's single-token words share exactly the two
     # questions among king/queen/man/woman; the toy's own coverage is the same two
     assert (a["analogy_n"], a["analogy_full_n"]) == (2, 2)
     assert records[0]["info"]["analogy_questions"].startswith("2 questions answerable by every vocabulary of corpus")
-    assert a["analogy_full_acc_sd"] >= 0 and "first_seed_analogy_full_acc" in a
+    assert a["analogy_full_acc_sd"] == pytest.approx(seeds["analogy_full_acc"].std(), abs=1e-12)
+    assert a["first_seed_analogy_full_acc"] == pytest.approx(seeds["analogy_full_acc"].iloc[0])
     timing = ("seconds", "_per_s", "_s", "cpu", "speed_vs_gensim", "speed_vs_gensim_low", "speed_vs_gensim_high")
     assert {k: v for k, v in a.items() if not k.endswith(timing)} == {
         k: v for k, v in b.items() if not k.endswith(timing)
@@ -585,8 +594,12 @@ def test_smoke_dag_runs_both_samplings_side_by_side_with_gensim(smoke_dag):
     for cell in ("sgd", "sgd_perpair"):
         m = recs[cell]["metrics"]
         assert m["speed_vs_gensim_pairs"] >= cfg["word2vec"]["vs_gensim_pairs"] >= 20
-        assert 0 < m["speed_vs_gensim_low"] <= m["speed_vs_gensim"] <= m["speed_vs_gensim_high"]
-        assert m["compile_s"] >= 0 and m["vs_gensim_compile_s"] >= 0  # reported apart from words/s
+        pairs = pd.read_csv(smoke_dag / "results" / "word2vec" / cell / "vs_gensim_pairs.csv")
+        got = ratio_of_pairs(pairs["ours_s"], pairs["gensim_s"])
+        assert (m["speed_vs_gensim"], m["speed_vs_gensim_low"], m["speed_vs_gensim_high"]) == pytest.approx(
+            (got.ratio, got.low, got.high), rel=1e-9
+        )
+        assert "compile_s" in m and "vs_gensim_compile_s" in m  # reported apart from words/s
     digests = {r["info"]["analogy_questions_digest"] for r in recs.values()}
     assert len(digests) == 1 and len({r["metrics"]["analogy_n"] for r in recs.values()}) == 1
     table = pd.read_csv(smoke_dag / "results" / "reports" / "word2vec.csv").set_index("cell")

@@ -18,6 +18,7 @@ import time
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from steps.paired import Ratio, interleave, ratio_of_pairs
@@ -54,10 +55,11 @@ def speed_vs_gensim(
     device="cpu",
     warmup: int = 1,
     progress=None,
-) -> tuple[Ratio, dict]:
+) -> tuple[Ratio, dict, dict]:
     """How many times faster our trainer (cfg) is than gensim on the same slices, interleaved;
-    returns (Ratio, metrics: the words each side trained in timed pairs, each side's words/s over
-    them, the setup and compile seconds that were left out, the wall and CPU time of it all)."""
+    returns (Ratio, the timed pairs {ours_s, gensim_s, ours_first}, metrics: the words each side
+    trained in timed pairs, each side's words/s over them, the setup and compile seconds that were
+    left out, the wall and CPU time of it all)."""
     t0, c0 = time.perf_counter(), time.process_time()
     torch.set_num_threads(threads)
     n = pairs + warmup
@@ -98,15 +100,20 @@ def speed_vs_gensim(
     if bar is not None:
         bar.close()
     timed = sum(sum(len(s) for s in corpus.sentences[s0:s1]) for s0, s1 in cuts[warmup:])
-    return ratio_of_pairs(a_times, b_times), {
-        "vs_gensim_words": timed,
-        "vs_gensim_ours_words_per_s": timed / sum(a_times),
-        "vs_gensim_gensim_words_per_s": timed / sum(b_times),
-        "vs_gensim_setup_s": setup_s,
-        "vs_gensim_compile_s": ours.compile_s,
-        "vs_gensim_s": time.perf_counter() - t0,
-        "vs_gensim_cpu_s": time.process_time() - c0,  # what the side-by-side timing costs the job
-    }
+    times = {"ours_s": a_times, "gensim_s": b_times, "ours_first": [i % 2 == 0 for i in range(len(a_times))]}
+    return (
+        ratio_of_pairs(a_times, b_times),
+        times,
+        {
+            "vs_gensim_words": timed,
+            "vs_gensim_ours_words_per_s": timed / sum(a_times),
+            "vs_gensim_gensim_words_per_s": timed / sum(b_times),
+            "vs_gensim_setup_s": setup_s,
+            "vs_gensim_compile_s": ours.compile_s,
+            "vs_gensim_s": time.perf_counter() - t0,
+            "vs_gensim_cpu_s": time.process_time() - c0,  # what the side-by-side timing costs the job
+        },
+    )
 
 
 def paired_metrics(ctx, p: dict, corpus: Corpus) -> dict:
@@ -114,7 +121,7 @@ def paired_metrics(ctx, p: dict, corpus: Corpus) -> dict:
     and the paired run's words/s; the interval in words goes to info."""
     cfg = TrainConfig.from_params(p, seed=ctx.seed)
     threads = p["threads"] or ctx.threads or torch.get_num_threads()
-    ratio, m = speed_vs_gensim(
+    ratio, times, m = speed_vs_gensim(
         corpus,
         cfg,
         p["min_count"],
@@ -128,4 +135,5 @@ def paired_metrics(ctx, p: dict, corpus: Corpus) -> dict:
         f"{ratio}: ours on {ctx.device} vs gensim on CPU, {threads} thread(s) each, "
         f"{m['vs_gensim_words']:,} words per side in timed pairs"
     )
+    ctx.log_table(pd.DataFrame(times), "vs_gensim_pairs")  # the pairs the ratio is computed from
     return {**ratio.as_metrics("speed_vs_gensim"), **m}
