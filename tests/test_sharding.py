@@ -112,6 +112,7 @@ def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra
     assert m["parity_max_dparam"] <= p.tolerance
     assert m["parity_replica_spread"] <= p.tolerance
     assert m["parity_err_worst"] == max(m[k] for k in ("parity_max_dloss", "parity_max_dgrad", "parity_max_dparam"))
+    assert m["parity_err_over_tol"] == m["parity_err_worst"] / m["parity_tol"]
     assert m["parity_ok"] == 1.0
     assert abs(m["state_ratio"] - 1) <= 0.01
     # GSPMD picks its own collectives, and XLA keeps FSDP gathers from forward to backward (2Ψ):

@@ -97,6 +97,7 @@ def verdict(ranks: list[dict], tolerance: float) -> dict:
         "parity_worst_rank": ranks[rank].get("rank", rank),
         "parity_worst_where": ranks[rank].get(where, "") if where else "",
         "parity_tol": tolerance,
+        "parity_err_over_tol": err / tolerance,  # cells of different precisions compare by this
         "parity_ok": float(err <= tolerance),
     }
 
