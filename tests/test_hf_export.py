@@ -59,6 +59,8 @@ def test_folder_is_a_gpt2_checkpoint_with_our_tokenizer(job, ours, tok):
     assert (cfg["n_layer"], cfg["n_embd"], cfg["n_positions"]) == (2, 32, 32)
     assert tok.eos_token == "<|endoftext|>" and cfg["eos_token_id"] == tok.eos_token_id
     assert tok.model_max_length == 32
+    modes = {p.name: p.stat().st_mode & 0o777 for p in hf.iterdir()}
+    assert set(modes.values()) == {modes["config.json"]}, modes  # weights readable like the config
     # the same tokenizer as the one the model was trained with
     assert (hf / "tokenizer.json").read_text() == (work / "results/data/tokenizer/tokenizer.json").read_text()
     assert record["status"] == "ok" and record["info"]["hf_export"] == "results/gpt_train/export/hf"

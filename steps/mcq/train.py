@@ -19,6 +19,7 @@ from datasets import Dataset, DatasetDict
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from steps.mcq.features import preprocess
+from steps.models.hf_export import readable_like_config
 
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")  # belt and braces: no auto MLflow runs
 
@@ -152,5 +153,6 @@ def keep_only_best(trainer, out: Path) -> Path:
     """Save the (best, loaded at end) model once under out/best and drop epoch checkpoints."""
     best = out / "best"
     trainer.save_model(str(best))
+    readable_like_config(best)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return best

@@ -45,6 +45,17 @@ def unsupported(config) -> str | None:
     return None
 
 
+def readable_like_config(folder: str | Path) -> None:
+    """transformers writes model.safetensors through a private temporary file (mode 0600): give
+    every file of an HF folder the mode its config.json got (the user's umask), so whoever may
+    read the run's outputs may load the model too."""
+    folder = Path(folder)
+    mode = (folder / "config.json").stat().st_mode & 0o777
+    for f in folder.iterdir():
+        if f.is_file():
+            f.chmod(mode)
+
+
 def export(model, tok, folder: str | Path, max_new_tokens: int = 50) -> Path:
     """Write the HF folder (weights as fp32 safetensors on CPU, whatever device `model` is on)."""
     folder = Path(folder)
@@ -63,6 +74,7 @@ def export(model, tok, folder: str | Path, max_new_tokens: int = 50) -> Path:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.save_pretrained(str(folder))
+    readable_like_config(folder)
     return folder
 
 
