@@ -25,6 +25,9 @@ section from the rest:
   tables    ["<name>", ...]        tables the cells logged (<cell folder>/<name>.csv), stacked
   figures   f(table, plots_dir, folders) -> [png paths]   stage-specific plots; `folders` maps
             each cell to its job's folder (where its metrics.json is)
+  params_used  f(params) -> the params that mean something for this cell, what its MLflow run
+            shows (e.g. a gensim cell has no optimizer); the config hash and metrics.json keep
+            the whole resolved config
 
 tests/test_stage_contract.py checks every column against what `run` returned on the smoke DAG.
 """
@@ -55,6 +58,7 @@ class Stage:
     curves: Sequence[str] = ()
     tables: Sequence[str] = ()
     figures: Callable | None = None
+    params_used: Callable[[dict], dict] | None = None
 
     def __post_init__(self):
         for title, ref in self.columns.items():

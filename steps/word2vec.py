@@ -43,6 +43,18 @@ NEGATIVES = {
 }
 
 
+# What a backend does not read of the word2vec section (its MLflow run leaves them out, so the
+# compare view shows no optimizer for gensim and no training knobs for a pretrained model)
+OURS_ONLY = ("optimizer", "schedule", "batch_size", "shared_negatives", "fused", "compile", "table_size",
+             "chunk_words", "log_every", "vs_gensim_pairs", "vs_gensim_words")  # fmt: skip
+TRAINING = ("threads", "arch", "dim", "window", "negative", "sample", "epochs", "lr", "min_lr", "seeds")
+NOT_READ = {"torch": ("pretrained",), "gensim": ("pretrained", *OURS_ONLY), "pretrained": (*OURS_ONLY, *TRAINING)}
+
+
+def params_used(p: dict) -> dict:
+    return {k: v for k, v in p.items() if k not in NOT_READ[p["backend"]]}
+
+
 def run(ctx: StageRun) -> dict:
     p = ctx.params
     ctx.info.update(
@@ -139,6 +151,7 @@ STAGE = Stage(
     headline_of=("common questions", "questions every cell's vocabulary answers"),
     curves=["loss"],
     figures=report_figures,
+    params_used=params_used,
 )
 
 

@@ -607,3 +607,21 @@ def test_smoke_dag_runs_both_samplings_side_by_side_with_gensim(smoke_dag):
         recs["sgd_perpair"]["metrics"]["speed_vs_gensim"]
     )
     assert table.loc["gensim", "common questions"] == recs["gensim"]["metrics"]["analogy_n"]
+
+
+def test_runs_show_only_the_params_their_backend_reads():
+    """A gensim cell's MLflow run shows no optimizer or negatives-sharing knob, a pretrained cell
+    no training knob; a torch cell all but the pretrained model's name; the job's config (and its
+    hash) stay whole."""
+    from steps.config import cell_config, load_config
+    from steps.word2vec import STAGE
+    from tests.conftest import DEFAULT
+
+    cfg = load_config(DEFAULT)
+    shown = {c: STAGE.params_used(cell_config(cfg, "word2vec", c)["params"]) for c in ("sgd", "gensim", "minilm")}
+    full = cell_config(cfg, "word2vec", "gensim")["params"]
+    assert "optimizer" in full and "shared_negatives" in full
+    assert not {"optimizer", "shared_negatives", "fused", "pretrained"} & set(shown["gensim"])
+    assert {"lr", "window", "negative", "seeds", "threads"} <= set(shown["gensim"])
+    assert not {"lr", "dim", "epochs", "optimizer"} & set(shown["minilm"]) and shown["minilm"]["pretrained"]
+    assert set(cell_config(cfg, "word2vec", "sgd")["params"]) - set(shown["sgd"]) == {"pretrained"}

@@ -55,6 +55,7 @@ def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
         "module": stage.module,
         "description": stage_description(stage.module, dict(stage.columns), stage.headline),
         "note": cell_note(name, cell, args.cfg.get("overrides"), params),
+        "params_shown": stage.params_used(params) if stage.params_used else params,
     }
     ctx = StageRun(
         name,

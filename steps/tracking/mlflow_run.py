@@ -72,7 +72,8 @@ class MlflowRun:
         with store.write_lock(self.uri):
             run = store.retrying(c.create_run, self.experiment_id, tags=tags, run_name=f"{self.stage}:{self.cell}")
         self.run_id = run.info.run_id
-        values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(params).items()}
+        shown = about.get("params_shown", params)  # the Stage's params_used (steps/stage.py)
+        values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(shown).items()}
         values.update({f"common.{k}": str(v) for k, v in flatten(common).items()})
         self._log_params(self.run_id, values)
         datasets = dataset_inputs(about.get("inputs") or {})
