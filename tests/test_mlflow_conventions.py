@@ -106,8 +106,9 @@ def test_job_runs_carry_mlflow_source_tags_and_notes(server, dag):
     for (stage, cell), rec in recs.items():
         run = api(server, f"runs/get?run_id={rec['run_id']}")["run"]
         t = tags(run)
-        assert run["info"]["status"] == "FINISHED" and run["info"]["run_name"] == f"{stage}:{cell}"
-        assert t["mlflow.runName"] == f"{stage}:{cell}"
+        name = f"{stage}:{cell}" + (" (skipped)" if rec["status"] == "skipped" else "")
+        assert run["info"]["status"] == "FINISHED" and run["info"]["run_name"] == name
+        assert t["mlflow.runName"] == name
         assert t["mlflow.source.name"] == f"steps.{stage}" and t["mlflow.source.type"] == "JOB"
         assert t["mlflow.source.git.commit"] == head
         assert t["mlflow.note.content"].startswith(f"Cell `{cell}` of stage `{stage}`")

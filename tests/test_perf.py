@@ -342,7 +342,9 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
     assert run_.data.metrics["tokens_per_s"] == pytest.approx(bf16["tokens_per_s"])
     assert run_.data.metrics["speedup_low"] == pytest.approx(bf16["speedup_low"])
     assert run_.data.params["amp"] == "bf16" and run_.data.tags["cell"] == "amp_bf16"
-    assert client.get_run(tf32["run_id"]).data.tags["status"] == "skipped"
+    skipped = client.get_run(tf32["run_id"])
+    assert skipped.data.tags["status"] == "skipped" and skipped.info.run_name == "perf:tf32 (skipped)"
+    assert skipped.info.status == "FINISHED" and run_.info.run_name == "perf:amp_bf16"
 
 
 def test_interleaved_ratio_finds_no_difference_in_a_disguised_baseline_and_a_slower_cell(tmp_path, monkeypatch):

@@ -139,6 +139,9 @@ class MlflowRun:
         self.flush()
         with store.write_lock(self.uri):
             store.retrying(self._client.set_tag, self.run_id, "status", status)
+            if status == "skipped":  # MLflow has no such state: FINISHED, and the name says it
+                name = f"{self.stage}:{self.cell} (skipped)"
+                store.retrying(self._client.set_tag, self.run_id, "mlflow.runName", name)
             if reason:
                 key = "error" if status == "failed" else "reason"
                 store.retrying(self._client.set_tag, self.run_id, key, reason[:5000])
