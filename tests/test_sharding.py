@@ -562,3 +562,15 @@ def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeyp
     rec = worker.run(plan(strategy="dp", mesh={"dp": 1}, steps=2), tmp_path)
     assert rec["step_s"] == ([0.25, 0.25] if on_gpu else [0.0, 0.0])
     assert clock.syncs == (4 if on_gpu else 0) and rec["dparam"] <= 1e-6
+
+
+def test_jax_lesson_jit_speedup_is_measured_side_by_side():
+    """jit vs eager on the same loss and batch: A B / B A pairs in one process (steps/paired.py),
+    the ratio with its interval; one fused XLA program beats op-by-op dispatch beyond noise."""
+    from steps.paired import MIN_PAIRS
+    from steps.parallel.jax.lessons import jit_speedup
+
+    m = jit_speedup(plan(backend="jax_lessons", strategy="single", mesh={"devices": 1}))
+    assert m["jit_speedup_pairs"] == MIN_PAIRS
+    assert m["jit_speedup_low"] > 1  # its 95 % interval lies above 1
+    assert m["eager_step_s"] > m["jit_step_s"]

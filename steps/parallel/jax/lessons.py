@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import statistics
-import time
 from pathlib import Path
 
 import jax
@@ -21,20 +20,11 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from steps.paired import MIN_PAIRS, interleave, ratio_of_pairs
 from steps.parallel.jax.engine import make_loss
 from steps.parallel.jax.mlp import MLPModel
 from steps.parallel.mlp_init import init_mlp, make_batch
 from steps.parallel.plan import Plan
-
-
-def _best(fn, repeats: int = 20) -> float:
-    fn()  # warm-up (and compile, for the jitted one)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def jit_speedup(plan: Plan) -> dict:
@@ -42,11 +32,23 @@ def jit_speedup(plan: Plan) -> dict:
     x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, 0))
     single = Plan.from_params({**plan.to_dict(), "backend": "jax_jit", "strategy": "single", "mesh": {}})
     grad = jax.value_and_grad(make_loss(single, MLPModel(), list(params), explicit=False))
-    with jax.disable_jit():
-        eager = _best(lambda: grad(params, x, y)[0], repeats=5)
     jitted = jax.jit(grad)
-    fast = _best(lambda: jitted(params, x, y)[0])
-    return {"eager_step_s": eager, "jit_step_s": fast, "jit_speedup": eager / fast}
+
+    def eager():
+        with jax.disable_jit():
+            jax.block_until_ready(grad(params, x, y)[0])
+
+    def fused():
+        jax.block_until_ready(jitted(params, x, y)[0])
+
+    # side by side (A B / B A, steps/paired.py); the warm-up pair compiles the jitted one
+    jit_s, eager_s = interleave(fused, eager, pairs=MIN_PAIRS, warmup=1)
+    ratio = ratio_of_pairs(jit_s, eager_s)
+    return {
+        "eager_step_s": statistics.median(eager_s),
+        "jit_step_s": statistics.median(jit_s),
+        **ratio.as_metrics("jit_speedup"),
+    }
 
 
 def branching() -> dict:
@@ -117,7 +119,8 @@ class Lessons:
         (out / "sharding_lessons.txt").write_text(sharding_text(n))
         rec["devices"], rec["platform"] = n, jax.default_backend()
         rec["notes"] = (
-            f"jit {rec['jit_speedup']:.0f}× faster than eager; Python if on a tracer fails; "
+            f"jit {rec['jit_speedup']:.0f}× [{rec['jit_speedup_low']:.0f}, {rec['jit_speedup_high']:.0f}] eager's "
+            f"speed ({rec['jit_speedup_pairs']:.0f} pairs side by side); Python if on a tracer fails; "
             f"static branch compiled {rec['static_branch_compiles']}× for 3 calls, lax.cond "
             f"{rec['lax_cond_compiles']}×"
         )
