@@ -25,7 +25,7 @@ from steps.stage import load
 from steps.tracking import store
 
 ID_COLUMNS = ["cell", "status", "start", "run"]
-MAX_CELL = 24  # characters of a param value in the table
+MAX_CELL = 28  # characters of a value in the table (a ratio with its interval and verdict fits)
 
 
 class CompareError(Exception):
@@ -122,20 +122,44 @@ def _fmt(v) -> str:
     return s if len(s) <= MAX_CELL else s[: MAX_CELL - 1] + "…"
 
 
+def with_interval(runs: pd.DataFrame, ref: str) -> pd.Series | None:
+    """A side-by-side ratio (`<key>` with `<key>_low`/`_high`, steps/paired.py) as one column,
+    "v [low, high] faster|slower|~" (~: the interval holds 1); None for any other metric."""
+    if not {ref, f"{ref}_low", f"{ref}_high"} <= set(runs.columns):
+        return None
+
+    def one(v, lo, hi):
+        if pd.isna(v):
+            return None
+        if pd.isna(lo) or pd.isna(hi):
+            return f"{v:.3g}"
+        return f"{v:.3g} [{lo:.3g}, {hi:.3g}] " + ("faster" if lo > 1 else "slower" if hi < 1 else "~")
+
+    return pd.Series(
+        [one(*t) for t in zip(runs[ref], runs[f"{ref}_low"], runs[f"{ref}_high"])], index=runs.index, dtype=object
+    )
+
+
 def build_table(runs: pd.DataFrame, metrics: dict[str, str], diff: bool = False) -> tuple[pd.DataFrame, dict]:
     """(the table to print, {param: value} equal in every row). `diff` also drops metrics equal in
-    every row (with two rows or more)."""
+    every row (with two rows or more). A ratio measured side by side shows with its interval and
+    verdict in one column (its _low/_high columns then go)."""
     params = sorted(c for c in runs.columns if c.startswith("params."))
     varying = [c for c in params if _differs(runs[c])]
     constant = {c.removeprefix("params."): runs[c].iloc[0] for c in params if c not in varying} if len(runs) else {}
     table = runs[ID_COLUMNS].copy()
     for c in varying:
         table[c.removeprefix("params.")] = runs[c]
+    combined = {ref for ref in metrics.values() if with_interval(runs, ref) is not None}
     for title, ref in metrics.items():
+        if ref.removesuffix("_low").removesuffix("_high") in combined - {ref}:
+            continue
         col = runs[ref] if ref in runs.columns else pd.Series([None] * len(runs), dtype=object)
         if diff and len(runs) > 1 and not _differs(col):
             continue
-        table[title] = pd.to_numeric(col, errors="coerce").values
+        table[title] = (
+            with_interval(runs, ref).values if ref in combined else pd.to_numeric(col, errors="coerce").values
+        )
     return table, constant
 
 

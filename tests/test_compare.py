@@ -109,3 +109,28 @@ def test_compare_on_the_smoke_store(smoke_dag):
     assert "bf16" in by_cell["amp_bf16"] and "True" in by_cell["tf32"]
     w2v = blocks["word2vec"]
     assert "backend" in w2v.splitlines()[1].split() and "gensim" in w2v
+
+
+def test_side_by_side_ratio_shows_with_its_interval_and_verdict():
+    """A ratio with `_low`/`_high` metrics prints as one column "v [low, high] verdict" (faster:
+    the interval lies above 1, slower: below, ~: it holds 1), and its low/high columns go."""
+    import pandas as pd
+
+    from steps.compare import ID_COLUMNS, build_table
+
+    runs = pd.DataFrame(
+        {
+            **{c: ["a", "b", "c", "d"] for c in ID_COLUMNS},
+            "metrics.speedup": [2.0, 0.5, 1.02, float("nan")],
+            "metrics.speedup_low": [1.5, 0.4, 0.9, float("nan")],
+            "metrics.speedup_high": [2.5, 0.6, 1.1, float("nan")],
+            "metrics.loss": [1.0, 2.0, 3.0, 4.0],
+        }
+    )
+    cols = {"× baseline": "metrics.speedup", "low": "metrics.speedup_low", "high": "metrics.speedup_high"}
+    table, _ = build_table(runs, {**cols, "loss": "metrics.loss"})
+    assert list(table.columns) == [*ID_COLUMNS, "× baseline", "loss"]
+    assert (
+        table["× baseline"].tolist()[:3] == ["2 [1.5, 2.5] faster", "0.5 [0.4, 0.6] slower", "1.02 [0.9, 1.1] ~"]
+        and table["× baseline"].isna().iloc[3]
+    )
