@@ -161,6 +161,30 @@ def test_report_columns_are_what_run_returns(smoke_dag, stage, cell):
     assert not missing, f"{stage}/{cell}: run() returned no {missing}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", list(smoke_cells()), ids=lambda x: x)
+def test_curves_and_tables_the_report_reads_exist(smoke_dag, stage):
+    """The names the report reads by string: each of a stage's `curves` is a metric some ok cell
+    logged with steps (more than one point: a curve), each of its `tables` a csv some ok cell
+    wrote (`<cell folder>/<name>.csv`); a renamed metric or table would draw nothing silently."""
+    from steps.tracking import store
+
+    contract = load(stage)
+    recs = {
+        c: json.loads((smoke_dag / stage_paths(stage, c, {})[1]["metrics"]).read_text()) for c in smoke_cells()[stage]
+    }
+    ok = {c: r for c, r in recs.items() if r["status"] == "ok"}
+    if not (contract.curves or contract.tables) or not ok:
+        pytest.skip(f"{stage}: no curves or tables, or no ok cell")
+    client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")
+    for key in contract.curves:
+        points = {c: len(client.get_metric_history(r["run_id"], key)) for c, r in ok.items()}
+        assert max(points.values()) > 1, f"{stage}: no cell logged a curve of {key!r} ({points})"
+    for name in contract.tables:
+        folders = [(smoke_dag / stage_paths(stage, c, {})[1]["metrics"]).parent for c in ok]
+        assert any((f / f"{name}.csv").exists() for f in folders), f"{stage}: no cell wrote {name}.csv"
+
+
 def _dry_run_jobs(workdir) -> list[tuple[str, dict, dict, dict]]:
     """(stage, cfg, inputs, outputs) of every job a dry run of the smoke DAG would start."""
     out = snakemake(workdir, "-n", "-p").stdout
