@@ -96,27 +96,36 @@ def cell_params(stage, wildcards):
     return cell_config(config, stage, getattr(wildcards, "cell", "main"))["params"]
 
 
-def job_gpus(stage):
-    """resources.gpu of a stage's jobs: the CUDA devices a job computes on. 0 on a CPU config and
-    for CPU-only cells (gensim and pretrained-embedding word2vec); 1 for torch on CUDA; a sharding
-    cell's devices per node (torch ranks, or the JAX mesh: steps/parallel/launch.py). Profiles cap the total
-    (workstation: `resources: gpu: 1`, so GPU jobs take turns on the card); the SLURM executor turns
-    it into --gpus=N. A sharding cell needing more GPUs than the profile's cap asks for the cap, so
-    the DAG still schedules (Snakemake rejects a job asking more than the global limit); the cell
-    then finds fewer GPUs than ranks and has to say so itself."""
-    def gpus(wildcards):
+def job_gpus(per_cell=None):
+    """resources.gpu of a stage's jobs: the CUDA devices a job computes on. 0 on a CPU config; else
+    `per_cell(the cell's params)` where the stage's rules file gives one (word2vec: 1 for torch,
+    0 for gensim and pretrained embeddings; sharding: its devices per node), else 1. Profiles cap
+    the total (workstation: `resources: gpu: 1`, so GPU jobs take turns on the card); the SLURM
+    executor turns it into --gpus=N. Snakemake passes the rule's name (`rulename`): the stage is
+    never typed again here."""
+    def gpus(wildcards, rulename):
         if config["device"] == "cpu":
             return 0
-        p = cell_params(stage, wildcards)
-        if stage == "word2vec":
-            return int(p["backend"] == "torch")
-        if stage == "sharding":  # torch ranks and JAX mesh devices alike run on GPUs under cuda
-            nodes = max(int((p.get("launch") or {}).get("nnodes") or 1), 1)
-            need = math.ceil(math.prod((p.get("mesh") or {}).values()) / nodes)
-            cap = workflow.global_resources.get("gpu").value
-            return min(need, cap) if isinstance(cap, int) else need
-        return 1
+        return per_cell(cell_params(rulename, wildcards)) if per_cell else 1
     return gpus
+
+
+def sharding_gpus(p):
+    """A cell's devices per node (torch ranks, or the JAX mesh: steps/parallel/launch.py). One
+    needing more than the profile's cap asks for the cap, so the DAG still schedules (Snakemake
+    rejects a job asking more than the global limit); the cell then finds fewer GPUs than ranks
+    and says so itself."""
+    nodes = max(int((p.get("launch") or {}).get("nnodes") or 1), 1)
+    need = math.ceil(math.prod((p.get("mesh") or {}).values()) / nodes)
+    cap = workflow.global_resources.get("gpu").value
+    return min(need, cap) if isinstance(cap, int) else need
+
+
+def cell_threads(key):
+    """threads of a stage's jobs: the cell's own `key` param, else the config's `threads`."""
+    def threads(wildcards, rulename):
+        return cell_params(rulename, wildcards)[key] or config["threads"]
+    return threads
 
 
 def word2vec_input(wildcards):

@@ -15,7 +15,7 @@ rule gpt_parity:
     params: **stage_params()
     log: "results/logs/gpt_parity/{cell}.log"
     benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
-    resources: gpu=job_gpus("gpt_parity")
+    resources: gpu=job_gpus()
     threads: config["threads"]
     conda: LAB_ENV
     shell: STAGE_SHELL
@@ -29,7 +29,7 @@ rule gpt_train:
     params: **stage_params()
     log: "results/logs/gpt_train/{cell}.log"
     benchmark: "results/benchmarks/gpt_train/{cell}.tsv"
-    resources: gpu=job_gpus("gpt_train")
+    resources: gpu=job_gpus()
     threads: config["threads"]
     conda: LAB_ENV
     shell: STAGE_SHELL

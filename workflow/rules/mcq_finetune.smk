@@ -6,7 +6,7 @@ rule mcq_finetune:
     params: **stage_params()
     log: "results/logs/mcq_finetune/{cell}.log"
     benchmark: "results/benchmarks/mcq_finetune/{cell}.tsv"
-    resources: gpu=job_gpus("mcq_finetune")
+    resources: gpu=job_gpus()
     threads: config["threads"]
     conda: LAB_ENV
     shell: STAGE_SHELL

@@ -9,7 +9,7 @@ rule perf:
     params: **stage_params()
     log: "results/logs/perf/{cell}.log"
     benchmark: "results/benchmarks/perf/{cell}.tsv"
-    resources: gpu=job_gpus("perf")
+    resources: gpu=job_gpus()
     threads: workflow.cores
     conda: LAB_ENV
     shell: STAGE_SHELL

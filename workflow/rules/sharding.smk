@@ -7,7 +7,7 @@ rule sharding:
     params: **stage_params()
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
-    resources: gpu=job_gpus("sharding")
-    threads: lambda wildcards: cell_params("sharding", wildcards)["job_threads"] or config["threads"]
+    resources: gpu=job_gpus(sharding_gpus)
+    threads: cell_threads("job_threads")
     conda: LAB_ENV
     shell: STAGE_SHELL

@@ -6,7 +6,7 @@ rule word2vec:
     params: **stage_params()
     log: "results/logs/word2vec/{cell}.log"
     benchmark: "results/benchmarks/word2vec/{cell}.tsv"
-    resources: gpu=job_gpus("word2vec")
-    threads: lambda wildcards: cell_params("word2vec", wildcards)["threads"] or config["threads"]
+    resources: gpu=job_gpus(lambda p: int(p["backend"] == "torch"))  # gensim, pretrained: CPU
+    threads: cell_threads("threads")
     conda: LAB_ENV
     shell: STAGE_SHELL
