@@ -14,7 +14,7 @@ from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
 from steps.sim.plan import PlanError, ScalePlan
 from steps.sim.shapes import Shape
-from steps.sim.steptime import predict
+from steps.sim.steptime import memory, predict
 from tests.conftest import DEFAULT, run_stage
 
 TINY = {
@@ -51,10 +51,42 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
     step = fw.simulate(shape, mesh, 2, 32)
     assert step.state == A.state(shape, plan)["state"]
+    assert step.state == memory(shape, plan)["state"] == A.held_state(shape, plan)["state"]  # what `fits` uses
     assert step.params == A.local_params(shape, plan) * A.FP32 / plan.axis("fsdp")  # fp32 shards, HSDP: over fsdp
     analytic_comm = A.comm(shape, plan)
     assert {k: v for k, v in step.comm.items() if v} == pytest.approx(analytic_comm, rel=1e-12)
     assert step.saved - A.activations(shape, plan, ac="none")["saved"] == 4
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("mesh", [{"dp": 8}, {"dp": 2, "tp": 4}], ids=["dp8", "dp2xtp4"])
+def test_zero2_predicted_state_equals_the_simulated_state(family, mesh):
+    """ZeRO-2 as simulated (FSDP2, reshard_after_forward=False): the fp32 shards and the held bf16
+    parameters are what the memory prediction (and so `fits`) counts, to the byte: 2Ψ + 16Ψ/N,
+    where the reported Playbook state is 2Ψ + 14Ψ/N."""
+    from steps.sim import fakeworld as fw
+    from steps.sim.versus import setup
+
+    shape = Shape.from_config("tiny", TINY[family])
+    plan = ScalePlan.from_params({"mesh": mesh, "zero": 2, "local_batch": 2, "seq": 32})
+    sizes, recipe, _ = setup(shape, plan)
+    step = fw.simulate(shape, sizes, 2, 32, recipe)
+    psi, n = A.local_params(shape, plan), plan.axis("dp")
+    assert step.state + step.gathered == memory(shape, plan)["state"] == 2 * psi + 16 * psi / n
+    assert A.state(shape, plan)["state"] == 2 * psi + 14 * psi / n
+
+
+def test_zero1_predicted_state_holds_gradients_in_the_comm_dtype():
+    """ZeRO-1 (Megatron-Core's distributed optimizer, analytic only): the fp32 gradients its
+    reduce-scatter sends are held whole, 6Ψ + 12Ψ/N; the Playbook's bf16 gradients give 4Ψ + 12Ψ/N."""
+    shape = Shape.from_config("tiny", TINY["llama"])
+    plan = ScalePlan.from_params({"mesh": {"dp": 8}, "zero": 1, "local_batch": 2, "seq": 32})
+    psi, held = A.local_params(shape, plan), A.held_state(shape, plan)
+    comm_dtype = A.comm(shape, plan)["dp/reduce_scatter"] / A.ring_bytes("reduce_scatter", psi, 8)
+    assert comm_dtype == A.FP32 and held["grads"] == comm_dtype * psi
+    assert memory(shape, plan)["state"] == held["state"] == 6 * psi + 12 * psi / 8
+    assert A.state(shape, plan)["state"] == 4 * psi + 12 * psi / 8
+    assert predict(shape, plan, Cluster.from_config("t", CLUSTER))["mem_state"] == held["state"]
 
 
 def test_depth_extrapolation_equals_a_full_depth_step():

@@ -5,8 +5,10 @@ gradients 2Ψ, optimizer k = 12 bytes per parameter (fp32 master copy 4 + Adam's
 moments 8), 16Ψ in all; over a data axis of N ranks ZeRO-1 divides the 12, ZeRO-2 the grads too,
 ZeRO-3 all 16. Ψ is the rank's own parameter count after TP (norms stay whole) and PP (its stage).
 FSDP2 splits the same 16 bytes differently — fp32 sharded parameters are the master copy, fp32
-gradients (reduce_dtype), 8 for the moments; bf16 copies exist only while a layer runs — so the
-totals compare one to one.
+gradients (reduce_dtype), 8 for the moments; bf16 copies exist only while a layer runs — so for DP
+and ZeRO-3 the totals compare one to one. For ZeRO-1/2 the torch implementations keep gradients
+in the fp32 the communication reduces, not the Playbook's bf16: `held_state` is that accounting
+(what the memory prediction, `fits` and the plan search use); `state` stays the Playbook's.
 
 Activations (bytes autograd saves per token and layer, bf16 compute with FSDP2's param_dtype;
 counted op by op for the two modules the simulation runs, and matched exactly by it):
@@ -40,6 +42,7 @@ from steps.sim.shapes import Shape
 
 BF16, FP32 = 2, 4
 K_ADAM = 12  # Playbook: fp32 master + 2 fp32 moments, bytes per parameter
+GRAD_REDUCE = FP32  # the dtype gradients are reduced in (FSDP2's reduce_dtype): comm and held_state use it
 
 
 # ---- parameters per rank ------------------------------------------------------------------------
@@ -70,6 +73,39 @@ def state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
         "grads": BF16 * psi / (n if z >= 2 else 1),
         "optim": K_ADAM * psi / (n if z >= 1 else 1),
     }
+    out["state"] = sum(out.values())
+    return out
+
+
+def held_state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
+    """Bytes of state one rank of the torch implementation holds, gradients in the dtype `comm`
+    reduces them in (GRAD_REDUCE, fp32): what `fits`, memory per GPU and the plan search use.
+    The Playbook's `state` stays the reported analytic number; the two differ for ZeRO-1/2 only.
+
+      DP / ZeRO-3 (FSDP2, HSDP)  fp32 params 4 + fp32 grads 4 + moments 8 = 16Ψ, ÷ the shard axis
+                 (simulated: equal to the byte; DP is HSDP with a shard axis of one)
+      ZeRO-2     FSDP2 with reshard_after_forward=False (simulated): 16Ψ/N fp32 shards + every
+                 layer's bf16 parameters held from forward to backward, 2Ψ (Playbook: 2Ψ + 14Ψ/N)
+      ZeRO-1     Megatron-Core's DistributedDataParallel + DistributedOptimizer (PyTorch; the
+                 distributed optimizer with fp32 gradient buffers): bf16 params 2Ψ and the fp32
+                 gradient buffer 4Ψ replicated, fp32 master 4Ψ/N + moments 8Ψ/N = 6Ψ + 12Ψ/N
+                 (Megatron's docs: 6 + 12/d bytes per parameter). Its comm is what `comm` charges:
+                 reduce-scatter of the fp32 gradients, all-gather of the bf16 parameters. (torch's
+                 ZeroRedundancyOptimizer under DDP would hold fp32 params and grads, 8Ψ + 8Ψ/N, and
+                 all-reduce + broadcast fp32 instead: not this plan.) Analytic only (no FSDP2 form).
+    """
+    psi = local_params(shape, plan)
+    z = plan.zero_stage
+    if z in (1, 2):
+        n = plan.axis("dp")
+        out = {
+            "params": BF16 * psi + (FP32 * psi / n if z == 2 else 0.0),
+            "grads": GRAD_REDUCE * psi / (n if z == 2 else 1),
+            "optim": (K_ADAM - (0 if z == 1 else FP32)) * psi / n,
+        }
+    else:
+        n = plan.axis("fsdp") if z == 3 else 1
+        out = {"params": FP32 * psi / n, "grads": GRAD_REDUCE * psi / n, "optim": (K_ADAM - FP32) * psi / n}
     out["state"] = sum(out.values())
     return out
 
@@ -154,13 +190,13 @@ def comm(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[str, floa
     if fs > 1:
         root = psi - local_params(shape, plan, layers_only=True)
         out["fsdp/all_gather"] = ring_bytes("all_gather", (2 * psi - root) * BF16, fs)
-        out["fsdp/reduce_scatter"] = ring_bytes("reduce_scatter", psi * FP32, fs)
+        out["fsdp/reduce_scatter"] = ring_bytes("reduce_scatter", psi * GRAD_REDUCE, fs)
     shard = psi / fs
     if dp > 1 and z in (1, 2):
-        out["dp/reduce_scatter"] = ring_bytes("reduce_scatter", shard * FP32, dp)
+        out["dp/reduce_scatter"] = ring_bytes("reduce_scatter", shard * GRAD_REDUCE, dp)
         out["dp/all_gather"] = ring_bytes("all_gather", shard * BF16, dp)
     elif dp > 1:
-        out["dp/all_reduce"] = ring_bytes("all_reduce", shard * FP32, dp)
+        out["dp/all_reduce"] = ring_bytes("all_reduce", shard * GRAD_REDUCE, dp)
     if t > 1 and plan.sp:
         out |= sp_comm(shape, plan, redo)
     elif t > 1:

@@ -6,7 +6,8 @@ formula each measured quantity is set against.
           bf16 parameters stay gathered from forward to backward, so one all-gather a step (ZeRO-2's
           communication). Its state is the fp32 shards plus those held bf16 copies (2Ψ), against the
           Playbook's 2Ψ + 14Ψ/N: FSDP2 keeps fp32 gradient shards (4Ψ/N) where the Playbook counts
-          bf16 (2Ψ/N), so the simulated state is 2Ψ/N higher (the ratio says by how much)
+          bf16 (2Ψ/N), so the simulated state is 2Ψ/N higher (the ratio says by how much); the
+          predicted state (analytic.held_state, what `fits` uses) is 2Ψ + 16Ψ/N, equal to it
   SP (our GPT)  the sharding stage's SequenceParallel plan; saved bytes against Megatron's formula
           (every activation ÷ t) and against it plus the gathered copies torch keeps
           (analytic.sp_gathered_bytes_per_token): the latter exactly
@@ -53,6 +54,7 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
     step = fw.simulate(shape, sizes, plan.micro_batch, plan.seq, recipe)
     direct = fw.full_depth_params(shape, fw.mesh_for(sizes))
     an_state = A.state(shape, plan)["state"]
+    held = A.held_state(shape, plan)["state"]
     act = A.activations(shape, plan, ac=ac)
     an_comm = sum(A.comm(shape, plan, ac=ac).values())
     state = step.state + (step.gathered if plan.zero_stage == 2 else 0.0)  # ZeRO-2: the held bf16 copies
@@ -60,6 +62,7 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
     m = {
         "state_gib_sim": state / GiB,
         "state_ratio": state / an_state,
+        "state_ratio_held": state / held,
         "params_direct_ratio": direct / step.params,
         "saved_gib_sim": step.saved / GiB,
         "saved_ratio": step.saved / act["kept"],
@@ -67,7 +70,8 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
         "comm_ratio": comm / an_comm if an_comm else math.nan,
     }
     label = "AC full, kept by the forward" if ac == "full" else "no AC"
-    text = f"state {state / GiB:.2f} sim / {an_state / GiB:.2f} analytic GiB; saved ({label}) {step.saved / GiB:.2f} / "
+    text = f"state {state / GiB:.2f} sim / {an_state / GiB:.2f} Playbook / {held / GiB:.2f} predicted GiB; "
+    text += f"saved ({label}) {step.saved / GiB:.2f} / "
     text += f"{act['kept'] / GiB:.2f}"
     if act["sp_gathered"]:
         with_gathered = act["kept"] + act["sp_gathered"]
