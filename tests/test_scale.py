@@ -56,6 +56,14 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     analytic_comm = A.comm(shape, plan)
     assert {k: v for k, v in step.comm.items() if v} == pytest.approx(analytic_comm, rel=1e-12)
     assert step.saved - A.activations(shape, plan, ac="none")["saved"] == 4
+    tokens = 2 * 32
+    assert step.saved_per_layer == A.layer_bytes_per_token(shape, plan) * tokens
+    if plan.axis("tp") == 1:  # the README's term-by-term gap to the Playbook's 34·d, against the simulation
+        from steps.sim.versus import playbook_gap_terms
+
+        gap = sum(playbook_gap_terms(shape).values()) * tokens
+        assert step.saved_per_layer - A.korthikanti_per_layer(shape, plan) == gap
+        assert A.korthikanti_per_layer(shape, plan) == 34 * shape.d * tokens
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -298,6 +306,8 @@ def test_simulated_ac_sp_zero2_against_analytic(mesh, extra):
     n = plan.axis("dp") if plan.zero_stage == 2 else 1
     psi = A.local_params(shape, plan)
     assert step.state + (step.gathered if n > 1 else 0) == A.state(shape, plan)["state"] + 2 * psi / n * (n > 1)
+    if ac == "full":  # a checkpointed layer keeps its input: the Playbook's 2·s·b·h (÷ t with SP), exactly
+        assert step.saved_per_layer == A.korthikanti_per_layer(shape, plan, "full")
     if plan.sp and ac == "full":  # the first block's checkpointed input is still whole (SP begins inside it)
         t = plan.axis("tp")
         assert step.saved - act["kept"] == 4 + 2 * shape.d * (1 - 1 / t) * 2 * 32

@@ -20,8 +20,9 @@ counted op by op for the two modules the simulation runs, and matched exactly by
   TP (no SP) divides what lies between the column- and row-parallel matmuls (the norms stay);
   SP (Megatron) divides everything by t. Full recompute keeps each layer's bf16 input (2d) and
   rebuilds one layer at a time in backward; selective is torchtitan's op-level policy
-  (selective_bytes_per_token). Korthikanti et al.'s 34·d per token and layer (GPT-3 block, 4d
-  MLP, dropout masks, attention scores not stored) is reported beside for reference.
+  (selective_bytes_per_token). The Playbook's / Korthikanti et al.'s per-layer formula
+  (korthikanti_per_layer: GPT-3 block, 4d MLP, dropout masks) is what the report's
+  "saved sim÷Playbook" sets the simulated layer against; README says term by term where they part.
   Head: final norm, the fp32 log-probabilities of the cross-entropy (4V, ÷t when the head is
   vocabulary-parallel), token ids (int64, 8); RoPE's cos/sin are shared by all layers (small).
 
@@ -130,6 +131,20 @@ def selective_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
     return 2 * d / (t if plan.sp else 1) + (mm + 2 * d + 4 * H) / t
 
 
+def korthikanti_per_layer(shape: Shape, plan: ScalePlan, ac: str = "none", flash: bool = True) -> float:
+    """Korthikanti et al. 2022 (the Playbook's activation memory): bytes one layer saves for a
+    micro-batch of s·b tokens (h = d, a heads): 34·s·b·h + 5·a·s²·b, the second term the attention
+    scores, softmax and its dropout, which a flash / SDPA kernel does not store (our steps use SDPA:
+    `flash`). TP without SP: s·b·h·(10 + 24/t) (+ 5·a·s²·b/t); SP: 34·s·b·h/t; full recompute: the
+    layer's input, 2·s·b·h (÷ t with SP); their selective recompute drops the scores term only."""
+    s, b, h, t = plan.seq, plan.micro_batch, shape.d, plan.axis("tp")
+    sbh = s * b * h
+    if ac == "full":
+        return 2 * sbh / (t if plan.sp else 1)
+    body = 34 * sbh / t if plan.sp else sbh * (10 + 24 / t)
+    return body + (0.0 if flash or ac == "selective" else 5 * shape.heads * s * s * b / t)
+
+
 def head_bytes_per_token(shape: Shape, plan: ScalePlan, batch: int) -> float:
     d, V, t = shape.d, shape.vocab, plan.axis("tp")
     if shape.family == "llama":
@@ -170,7 +185,7 @@ def activations(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[st
         "kept": kept + head,
         "saved": kept + head + rebuilt,
         "sp_gathered": gathered,
-        "korthikanti_per_layer": 34 * shape.d * tokens,
+        "korthikanti_per_layer": korthikanti_per_layer(shape, plan, ac),
     }
 
 

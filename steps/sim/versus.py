@@ -32,6 +32,24 @@ def simulable(shape: Shape, plan: ScalePlan) -> bool:
     return plan.axis("pp") == 1 and plan.zero_stage in (0, 2, 3) and (not plan.sp or shape.family == "gpt2")
 
 
+def playbook_gap_terms(shape: Shape) -> dict[str, float]:
+    """Where one simulated layer (no TP, no AC) parts from the Playbook's 34·d bytes per token
+    (Korthikanti et al.: LayerNorm inputs 4d, the matmul inputs after them 4d, attention's q, k, v
+    6d and output 2d, GeLU input 8d and output 8d, two dropout masks 2d; scores not stored with
+    SDPA), term by term in bytes per token and layer: 34·d + their sum is the simulated layer."""
+    d, kv, f, H = shape.d, shape.kv_dim, shape.ffn, shape.heads
+    terms = {"no dropout masks": -2.0 * d, "SDPA logsumexp, fp32 per head": 4.0 * H}
+    if shape.family == "gpt2":
+        return terms | {"LayerNorm mean and rstd": 8.0}
+    return terms | {
+        "RMSNorm inputs in fp32 (HF upcasts)": 4.0 * d,
+        "RMSNorm normalized bf16 copies (for the weight's grad)": 4.0 * d,
+        "RMSNorm rstd, fp32": 8.0,
+        "GQA: k and v of kv_heads": -4.0 * (d - kv),
+        "SwiGLU: gate, SiLU, up, product of ffn vs GeLU's 2 × 4d": 8.0 * f - 16.0 * d,
+    }
+
+
 def setup(shape: Shape, plan: ScalePlan):
     """(mesh sizes, Recipe, the AC the simulation runs) for a simulable plan."""
     from steps.sim.build import Recipe
@@ -66,6 +84,7 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
         "params_direct_ratio": direct / step.params,
         "saved_gib_sim": step.saved / GiB,
         "saved_ratio": step.saved / act["kept"],
+        "saved_layer_ratio_playbook": step.saved_per_layer / act["korthikanti_per_layer"],
         "comm_gib_sim": comm / GiB,
         "comm_ratio": comm / an_comm if an_comm else math.nan,
     }
