@@ -187,6 +187,7 @@ def test_a_plan_that_does_not_fit_says_so(tmp_path):
     assert rec["info"]["plan"] == "none fits"
     needs = float(rec["info"]["fits"].split("needs ")[1].split(" GiB")[0])
     assert needs > 80 and "> 80 GiB per GPU" in rec["info"]["fits"]
+    assert rec["metrics"]["published_memory_gib"] is None and rec["metrics"]["published_mem_ratio"] is None  # NaN
     shape, plan, cluster, _ = published_cell("titan_8b_fsdp8")
     dp = predict(shape, ScalePlan.from_params({"mesh": {"dp": 8}, "local_batch": 1, "seq": 8192}), cluster)
     assert dp["fits"] == 0.0 and dp["mem_state"] == 16 * shape.params  # 16 bytes/param replicated
@@ -324,9 +325,12 @@ def test_llama_plan_with_ac_compares_comm_like_for_like(tmp_path):
     params = cell_config(load_config(DEFAULT), "scale", "l8b_fsdp8_tp8")["params"]
     params["models"] = {"tiny": TINY["llama"]}
     params.update(model="tiny", plan={"mesh": {"fsdp": 2, "tp": 4}, "local_batch": 2, "seq": 32, "ac": "full"})
+    params["published"] = {"tokens_per_s_gpu": 1e6, "memory_gib": 0.5, "source": "a made-up run, for the columns"}
     run_stage(tmp_path, "scale", params, cell="tiny_ac")
     rec = json.loads((tmp_path / "results/scale/tiny_ac/metrics.json").read_text())
     m, info = rec["metrics"], rec["info"]
+    assert m["published_memory_gib"] == 0.5 and m["published_mem_ratio"] == pytest.approx(m["mem_gib"] / 0.5)
+    assert m["published_ratio"] == pytest.approx(m["tokens_per_s_gpu"] / 1e6)
     assert m["comm_ratio"] == pytest.approx(1, rel=1e-12)
     assert info["comm"].endswith("analytic (no AC)")
     rebuilt = 3 * 2 * 32 * 64 * 2 * 2 * (4 - 1) / 4 / 2**30  # 3 layers × one all-reduce of (B, T, d) bf16, ring
