@@ -54,7 +54,8 @@ def run(ctx) -> dict:
     if ctx.params.get("measured"):
         return blank() | ours_cell(ctx, dict(ctx.params))
     shape, cluster, p = resolve(ctx)
-    ctx.info.update(source=(p.get("published") or {}).get("source", ""), memory="", comm="")
+    pub = p.get("published") or {}
+    ctx.info.update(source=" — ".join(x for x in (pub.get("source", ""), pub.get("note", "")) if x), memory="", comm="")
     if p.get("search"):
         return blank() | search_cell(ctx, shape, cluster, p)
 
@@ -90,7 +91,6 @@ def run(ctx) -> dict:
     if sim:
         measured, memory, ctx.info["comm"], ctx.info["comm_sim"] = compare(shape, plan)
         m |= measured
-    pub = p.get("published") or {}
     if pub.get("tokens_per_s_gpu"):
         m["published_tokens_per_s_gpu"] = pub["tokens_per_s_gpu"]
         m["published_ratio"] = pred["tokens_per_s_gpu"] / pub["tokens_per_s_gpu"]
