@@ -103,6 +103,7 @@ def run(ctx) -> dict:
         cluster=cluster.name,
         plan=plan.name,
         mesh=plan.mesh_str,
+        batch=f"{plan.local_batch} × {plan.seq}",
         memory=memory,
         fits=("fits: " if pred["fits"] else "DOES NOT FIT: ") + mem,
     )
@@ -180,6 +181,7 @@ STAGE = Stage(
         "plan": "info.plan",
         "mesh": "info.mesh",
         "world": "metrics.world",
+        "batch/rank (seqs × seq)": "info.batch",
         "memory/GPU simulated vs analytic": "info.memory",
         "state sim÷Playbook": "metrics.state_ratio",
         "state sim÷predicted": "metrics.state_ratio_held",

@@ -336,3 +336,30 @@ def test_llama_plan_with_ac_compares_comm_like_for_like(tmp_path):
     assert info["comm"].endswith("analytic (no AC)")
     rebuilt = 3 * 2 * 32 * 64 * 2 * 2 * (4 - 1) / 4 / 2**30  # 3 layers × one all-reduce of (B, T, d) bf16, ring
     assert m["comm_gib_analytic"] - m["comm_gib_sim"] == pytest.approx(rebuilt, rel=1e-9)
+
+
+def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
+    """One series per (model, strategy, cluster, batch), none sharing a colour and marker; each
+    cluster's GPU memory a horizontal line on the memory panel."""
+    import matplotlib.axes
+    import pandas as pd
+
+    from steps.sim.figures import world_curves
+
+    rows = [
+        ("m1", "c80", "fsdp8", 8, "2 × 8192", "fits: 60.0 GiB of 80", 60.0, 5000.0),
+        ("m1", "c80", "fsdp64", 64, "2 × 8192", "fits: 50.0 GiB of 80", 50.0, 4900.0),
+        *[("m1", "c95", f"fsdp8 ac-{k}", 8, "2 × 8192", "fits: 1 GiB of 95", 1.0, 1.0) for k in ("full", "selective")],
+        *[(f"m{i}", "c80", "dp8", 8, "1 × 1024", "DOES NOT FIT: 90 GiB of 80", 90.0, 1.0) for i in range(2, 15)],
+    ]
+    cols = ["model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "fits", "memory/GPU (GiB)",
+            "tokens/s/GPU predicted"]  # fmt: skip
+    table = pd.DataFrame(rows, columns=cols).assign(status="ok")
+    lines, hlines = [], []
+    plot, axhline = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda ax, *a, **k: lines.append(k) or plot(ax, *a, **k))
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda ax, y, **k: hlines.append(y) or axhline(ax, y, **k))
+    (path,) = world_curves(table, tmp_path)
+    assert path.exists() and len(lines) == 2 * 16  # 16 series (fsdp8 and fsdp64 are one), on both panels
+    assert len({(str(k["color"]), k["marker"]) for k in lines}) == 16
+    assert sorted(hlines) == [80.0, 95.0]
