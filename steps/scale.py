@@ -55,7 +55,8 @@ def run(ctx) -> dict:
         return blank() | ours_cell(ctx, dict(ctx.params))
     shape, cluster, p = resolve(ctx)
     pub = p.get("published") or {}
-    ctx.info.update(source=" — ".join(x for x in (pub.get("source", ""), pub.get("note", "")) if x), memory="", comm="")
+    source = " — ".join(x for x in (pub.get("source", ""), pub.get("note", "")) if x)
+    ctx.info.update(source=source, memory="", comm="", batch="")
     if p.get("search"):
         return blank() | search_cell(ctx, shape, cluster, p)
 
@@ -126,6 +127,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
     ctx.info.update(
         plan=f"best: {plan.name} (local batch {plan.local_batch})",
         mesh=plan.mesh_str,
+        batch=f"{plan.local_batch} × {plan.seq}",
         fits=f"fits: {pred['mem_total'] / GiB:.1f} GiB of {cluster.memory_bytes / GiB:.0f} ({fitting} of {tried} fit)",
     )
     return {
@@ -154,6 +156,7 @@ def ours_cell(ctx, p: dict) -> dict:
         cluster="this machine (gloo)",
         plan="gloo cells replayed: " + ", ".join(p["measured"]),
         mesh="world 2-4",
+        batch="the cells' own",
         comm="in the memory column (sim ÷ gloo)",
         memory="; ".join(
             f"{r['cell']}: state {r['state_bytes_sim']:,.0f} sim / {r['state_bytes_gloo']:,.0f} gloo B, "
