@@ -14,7 +14,7 @@ from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
 from steps.sim.plan import PlanError, ScalePlan
 from steps.sim.shapes import Shape
-from steps.sim.steptime import predict
+from steps.sim.steptime import memory, predict
 from tests.conftest import DEFAULT, run_stage
 
 TINY = {
@@ -51,10 +51,50 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
     step = fw.simulate(shape, mesh, 2, 32)
     assert step.state == A.state(shape, plan)["state"]
+    assert step.state == memory(shape, plan)["state"] == A.held_state(shape, plan)["state"]  # what `fits` uses
     assert step.params == A.local_params(shape, plan) * A.FP32 / plan.axis("fsdp")  # fp32 shards, HSDP: over fsdp
     analytic_comm = A.comm(shape, plan)
     assert {k: v for k, v in step.comm.items() if v} == pytest.approx(analytic_comm, rel=1e-12)
     assert step.saved - A.activations(shape, plan, ac="none")["saved"] == 4
+    tokens = 2 * 32
+    assert step.saved_per_layer == A.layer_bytes_per_token(shape, plan) * tokens
+    if plan.axis("tp") == 1:  # the README's term-by-term gap to the Playbook's 34·d, against the simulation
+        from steps.sim.versus import playbook_gap_terms
+
+        gap = sum(playbook_gap_terms(shape).values()) * tokens
+        assert step.saved_per_layer - A.korthikanti_per_layer(shape, plan) == gap
+        assert A.korthikanti_per_layer(shape, plan) == 34 * shape.d * tokens
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("mesh", [{"dp": 8}, {"dp": 2, "tp": 4}], ids=["dp8", "dp2xtp4"])
+def test_zero2_predicted_state_equals_the_simulated_state(family, mesh):
+    """ZeRO-2 as simulated (FSDP2, reshard_after_forward=False): the fp32 shards and the held bf16
+    parameters are what the memory prediction (and so `fits`) counts, to the byte: 2Ψ + 16Ψ/N,
+    where the reported Playbook state is 2Ψ + 14Ψ/N."""
+    from steps.sim import fakeworld as fw
+    from steps.sim.versus import setup
+
+    shape = Shape.from_config("tiny", TINY[family])
+    plan = ScalePlan.from_params({"mesh": mesh, "zero": 2, "local_batch": 2, "seq": 32})
+    sizes, recipe, _ = setup(shape, plan)
+    step = fw.simulate(shape, sizes, 2, 32, recipe)
+    psi, n = A.local_params(shape, plan), plan.axis("dp")
+    assert step.state + step.gathered == memory(shape, plan)["state"] == 2 * psi + 16 * psi / n
+    assert A.state(shape, plan)["state"] == 2 * psi + 14 * psi / n
+
+
+def test_zero1_predicted_state_holds_gradients_in_the_comm_dtype():
+    """ZeRO-1 (Megatron-Core's distributed optimizer, analytic only): the fp32 gradients its
+    reduce-scatter sends are held whole, 6Ψ + 12Ψ/N; the Playbook's bf16 gradients give 4Ψ + 12Ψ/N."""
+    shape = Shape.from_config("tiny", TINY["llama"])
+    plan = ScalePlan.from_params({"mesh": {"dp": 8}, "zero": 1, "local_batch": 2, "seq": 32})
+    psi, held = A.local_params(shape, plan), A.held_state(shape, plan)
+    comm_dtype = A.comm(shape, plan)["dp/reduce_scatter"] / A.ring_bytes("reduce_scatter", psi, 8)
+    assert comm_dtype == A.FP32 and held["grads"] == comm_dtype * psi
+    assert memory(shape, plan)["state"] == held["state"] == 6 * psi + 12 * psi / 8
+    assert A.state(shape, plan)["state"] == 4 * psi + 12 * psi / 8
+    assert predict(shape, plan, Cluster.from_config("t", CLUSTER))["mem_state"] == held["state"]
 
 
 def test_depth_extrapolation_equals_a_full_depth_step():
@@ -147,6 +187,7 @@ def test_a_plan_that_does_not_fit_says_so(tmp_path):
     assert rec["info"]["plan"] == "none fits"
     needs = float(rec["info"]["fits"].split("needs ")[1].split(" GiB")[0])
     assert needs > 80 and "> 80 GiB per GPU" in rec["info"]["fits"]
+    assert rec["metrics"]["published_memory_gib"] is None and rec["metrics"]["published_mem_ratio"] is None  # NaN
     shape, plan, cluster, _ = published_cell("titan_8b_fsdp8")
     dp = predict(shape, ScalePlan.from_params({"mesh": {"dp": 8}, "local_batch": 1, "seq": 8192}), cluster)
     assert dp["fits"] == 0.0 and dp["mem_state"] == 16 * shape.params  # 16 bytes/param replicated
@@ -266,6 +307,8 @@ def test_simulated_ac_sp_zero2_against_analytic(mesh, extra):
     n = plan.axis("dp") if plan.zero_stage == 2 else 1
     psi = A.local_params(shape, plan)
     assert step.state + (step.gathered if n > 1 else 0) == A.state(shape, plan)["state"] + 2 * psi / n * (n > 1)
+    if ac == "full":  # a checkpointed layer keeps its input: the Playbook's 2·s·b·h (÷ t with SP), exactly
+        assert step.saved_per_layer == A.korthikanti_per_layer(shape, plan, "full")
     if plan.sp and ac == "full":  # the first block's checkpointed input is still whole (SP begins inside it)
         t = plan.axis("tp")
         assert step.saved - act["kept"] == 4 + 2 * shape.d * (1 - 1 / t) * 2 * 32
@@ -282,10 +325,41 @@ def test_llama_plan_with_ac_compares_comm_like_for_like(tmp_path):
     params = cell_config(load_config(DEFAULT), "scale", "l8b_fsdp8_tp8")["params"]
     params["models"] = {"tiny": TINY["llama"]}
     params.update(model="tiny", plan={"mesh": {"fsdp": 2, "tp": 4}, "local_batch": 2, "seq": 32, "ac": "full"})
+    params["published"] = dict(tokens_per_s_gpu=1e6, memory_gib=0.5, source="made up", note="compile not modelled")
     run_stage(tmp_path, "scale", params, cell="tiny_ac")
     rec = json.loads((tmp_path / "results/scale/tiny_ac/metrics.json").read_text())
     m, info = rec["metrics"], rec["info"]
+    assert m["published_memory_gib"] == 0.5 and m["published_mem_ratio"] == pytest.approx(m["mem_gib"] / 0.5)
+    assert m["published_ratio"] == pytest.approx(m["tokens_per_s_gpu"] / 1e6)
+    assert info["source"] == "made up — compile not modelled"
     assert m["comm_ratio"] == pytest.approx(1, rel=1e-12)
     assert info["comm"].endswith("analytic (no AC)")
     rebuilt = 3 * 2 * 32 * 64 * 2 * 2 * (4 - 1) / 4 / 2**30  # 3 layers × one all-reduce of (B, T, d) bf16, ring
     assert m["comm_gib_analytic"] - m["comm_gib_sim"] == pytest.approx(rebuilt, rel=1e-9)
+
+
+def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
+    """One series per (model, strategy, cluster, batch), none sharing a colour and marker; each
+    cluster's GPU memory a horizontal line on the memory panel."""
+    import matplotlib.axes
+    import pandas as pd
+
+    from steps.sim.figures import world_curves
+
+    rows = [
+        ("m1", "c80", "fsdp8", 8, "2 × 8192", "fits: 60.0 GiB of 80", 60.0, 5000.0),
+        ("m1", "c80", "fsdp64", 64, "2 × 8192", "fits: 50.0 GiB of 80", 50.0, 4900.0),
+        *[("m1", "c95", f"fsdp8 ac-{k}", 8, "2 × 8192", "fits: 1 GiB of 95", 1.0, 1.0) for k in ("full", "selective")],
+        *[(f"m{i}", "c80", "dp8", 8, "1 × 1024", "DOES NOT FIT: 90 GiB of 80", 90.0, 1.0) for i in range(2, 15)],
+    ]
+    cols = ["model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "fits", "memory/GPU (GiB)",
+            "tokens/s/GPU predicted"]  # fmt: skip
+    table = pd.DataFrame(rows, columns=cols).assign(status="ok")
+    lines, hlines = [], []
+    plot, axhline = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda ax, *a, **k: lines.append(k) or plot(ax, *a, **k))
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline", lambda ax, y, **k: hlines.append(y) or axhline(ax, y, **k))
+    (path,) = world_curves(table, tmp_path)
+    assert path.exists() and len(lines) == 2 * 16  # 16 series (fsdp8 and fsdp64 are one), on both panels
+    assert len({(str(k["color"]), k["marker"]) for k in lines}) == 16
+    assert sorted(hlines) == [80.0, 95.0]

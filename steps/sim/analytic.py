@@ -5,8 +5,10 @@ gradients 2Ψ, optimizer k = 12 bytes per parameter (fp32 master copy 4 + Adam's
 moments 8), 16Ψ in all; over a data axis of N ranks ZeRO-1 divides the 12, ZeRO-2 the grads too,
 ZeRO-3 all 16. Ψ is the rank's own parameter count after TP (norms stay whole) and PP (its stage).
 FSDP2 splits the same 16 bytes differently — fp32 sharded parameters are the master copy, fp32
-gradients (reduce_dtype), 8 for the moments; bf16 copies exist only while a layer runs — so the
-totals compare one to one.
+gradients (reduce_dtype), 8 for the moments; bf16 copies exist only while a layer runs — so for DP
+and ZeRO-3 the totals compare one to one. For ZeRO-1/2 the torch implementations keep gradients
+in the fp32 the communication reduces, not the Playbook's bf16: `held_state` is that accounting
+(what the memory prediction, `fits` and the plan search use); `state` stays the Playbook's.
 
 Activations (bytes autograd saves per token and layer, bf16 compute with FSDP2's param_dtype;
 counted op by op for the two modules the simulation runs, and matched exactly by it):
@@ -18,8 +20,9 @@ counted op by op for the two modules the simulation runs, and matched exactly by
   TP (no SP) divides what lies between the column- and row-parallel matmuls (the norms stay);
   SP (Megatron) divides everything by t. Full recompute keeps each layer's bf16 input (2d) and
   rebuilds one layer at a time in backward; selective is torchtitan's op-level policy
-  (selective_bytes_per_token). Korthikanti et al.'s 34·d per token and layer (GPT-3 block, 4d
-  MLP, dropout masks, attention scores not stored) is reported beside for reference.
+  (selective_bytes_per_token). The Playbook's / Korthikanti et al.'s per-layer formula
+  (korthikanti_per_layer: GPT-3 block, 4d MLP, dropout masks) is what the report's
+  "saved sim÷Playbook" sets the simulated layer against; README says term by term where they part.
   Head: final norm, the fp32 log-probabilities of the cross-entropy (4V, ÷t when the head is
   vocabulary-parallel), token ids (int64, 8); RoPE's cos/sin are shared by all layers (small).
 
@@ -40,6 +43,7 @@ from steps.sim.shapes import Shape
 
 BF16, FP32 = 2, 4
 K_ADAM = 12  # Playbook: fp32 master + 2 fp32 moments, bytes per parameter
+GRAD_REDUCE = FP32  # the dtype gradients are reduced in (FSDP2's reduce_dtype): comm and held_state use it
 
 
 # ---- parameters per rank ------------------------------------------------------------------------
@@ -74,6 +78,39 @@ def state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
     return out
 
 
+def held_state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
+    """Bytes of state one rank of the torch implementation holds, gradients in the dtype `comm`
+    reduces them in (GRAD_REDUCE, fp32): what `fits`, memory per GPU and the plan search use.
+    The Playbook's `state` stays the reported analytic number; the two differ for ZeRO-1/2 only.
+
+      DP / ZeRO-3 (FSDP2, HSDP)  fp32 params 4 + fp32 grads 4 + moments 8 = 16Ψ, ÷ the shard axis
+                 (simulated: equal to the byte; DP is HSDP with a shard axis of one)
+      ZeRO-2     FSDP2 with reshard_after_forward=False (simulated): 16Ψ/N fp32 shards + every
+                 layer's bf16 parameters held from forward to backward, 2Ψ (Playbook: 2Ψ + 14Ψ/N)
+      ZeRO-1     Megatron-Core's DistributedDataParallel + DistributedOptimizer (PyTorch; the
+                 distributed optimizer with fp32 gradient buffers): bf16 params 2Ψ and the fp32
+                 gradient buffer 4Ψ replicated, fp32 master 4Ψ/N + moments 8Ψ/N = 6Ψ + 12Ψ/N
+                 (Megatron's docs: 6 + 12/d bytes per parameter). Its comm is what `comm` charges:
+                 reduce-scatter of the fp32 gradients, all-gather of the bf16 parameters. (torch's
+                 ZeroRedundancyOptimizer under DDP would hold fp32 params and grads, 8Ψ + 8Ψ/N, and
+                 all-reduce + broadcast fp32 instead: not this plan.) Analytic only (no FSDP2 form).
+    """
+    psi = local_params(shape, plan)
+    z = plan.zero_stage
+    if z in (1, 2):
+        n = plan.axis("dp")
+        out = {
+            "params": BF16 * psi + (FP32 * psi / n if z == 2 else 0.0),
+            "grads": GRAD_REDUCE * psi / (n if z == 2 else 1),
+            "optim": (K_ADAM - (0 if z == 1 else FP32)) * psi / n,
+        }
+    else:
+        n = plan.axis("fsdp") if z == 3 else 1
+        out = {"params": FP32 * psi / n, "grads": GRAD_REDUCE * psi / n, "optim": (K_ADAM - FP32) * psi / n}
+    out["state"] = sum(out.values())
+    return out
+
+
 # ---- activations --------------------------------------------------------------------------------
 def layer_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
     d, kv, f, H = shape.d, shape.kv_dim, shape.ffn, shape.heads
@@ -92,6 +129,20 @@ def selective_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
     d, kv, f, H, t = shape.d, shape.kv_dim, shape.ffn, shape.heads, plan.axis("tp")
     mm = (2 * d + 4 * kv + 2 * d + (4 * f if shape.family == "llama" else 2 * f) + 2 * d) / 2
     return 2 * d / (t if plan.sp else 1) + (mm + 2 * d + 4 * H) / t
+
+
+def korthikanti_per_layer(shape: Shape, plan: ScalePlan, ac: str = "none", flash: bool = True) -> float:
+    """Korthikanti et al. 2022 (the Playbook's activation memory): bytes one layer saves for a
+    micro-batch of s·b tokens (h = d, a heads): 34·s·b·h + 5·a·s²·b, the second term the attention
+    scores, softmax and its dropout, which a flash / SDPA kernel does not store (our steps use SDPA:
+    `flash`). TP without SP: s·b·h·(10 + 24/t) (+ 5·a·s²·b/t); SP: 34·s·b·h/t; full recompute: the
+    layer's input, 2·s·b·h (÷ t with SP); their selective recompute drops the scores term only."""
+    s, b, h, t = plan.seq, plan.micro_batch, shape.d, plan.axis("tp")
+    sbh = s * b * h
+    if ac == "full":
+        return 2 * sbh / (t if plan.sp else 1)
+    body = 34 * sbh / t if plan.sp else sbh * (10 + 24 / t)
+    return body + (0.0 if flash or ac == "selective" else 5 * shape.heads * s * s * b / t)
 
 
 def head_bytes_per_token(shape: Shape, plan: ScalePlan, batch: int) -> float:
@@ -134,7 +185,7 @@ def activations(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[st
         "kept": kept + head,
         "saved": kept + head + rebuilt,
         "sp_gathered": gathered,
-        "korthikanti_per_layer": 34 * shape.d * tokens,
+        "korthikanti_per_layer": korthikanti_per_layer(shape, plan, ac),
     }
 
 
@@ -154,13 +205,13 @@ def comm(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[str, floa
     if fs > 1:
         root = psi - local_params(shape, plan, layers_only=True)
         out["fsdp/all_gather"] = ring_bytes("all_gather", (2 * psi - root) * BF16, fs)
-        out["fsdp/reduce_scatter"] = ring_bytes("reduce_scatter", psi * FP32, fs)
+        out["fsdp/reduce_scatter"] = ring_bytes("reduce_scatter", psi * GRAD_REDUCE, fs)
     shard = psi / fs
     if dp > 1 and z in (1, 2):
-        out["dp/reduce_scatter"] = ring_bytes("reduce_scatter", shard * FP32, dp)
+        out["dp/reduce_scatter"] = ring_bytes("reduce_scatter", shard * GRAD_REDUCE, dp)
         out["dp/all_gather"] = ring_bytes("all_gather", shard * BF16, dp)
     elif dp > 1:
-        out["dp/all_reduce"] = ring_bytes("all_reduce", shard * FP32, dp)
+        out["dp/all_reduce"] = ring_bytes("all_reduce", shard * GRAD_REDUCE, dp)
     if t > 1 and plan.sp:
         out |= sp_comm(shape, plan, redo)
     elif t > 1:

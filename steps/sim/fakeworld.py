@@ -46,6 +46,7 @@ class Step:
     saved: float = 0.0
     gathered: float = 0.0  # parameter storages the forward used (FSDP2's unsharded bf16 copies)
     comm: Counter = field(default_factory=Counter)  # "<axis>/<op>" -> bytes sent per rank
+    saved_per_layer: float = 0.0  # one layer's saved bytes (set by `simulate`: 2-layer step - 1-layer step)
 
     def combine(self, other: "Step", a: float, b: float) -> "Step":
         keys = set(self.comm) | set(other.comm)
@@ -229,4 +230,6 @@ def simulate(shape: Shape, sizes: dict, batch: int, seq: int, recipe: B.Recipe =
     mesh = mesh_for(sizes)
     one, two = (one_step(shape, mesh, n, batch, seq, recipe) for n in (1, 2))
     per_layer = two.combine(one, 1.0, -1.0)
-    return one.combine(per_layer, 1.0, shape.layers - 1.0)
+    full = one.combine(per_layer, 1.0, shape.layers - 1.0)
+    full.saved_per_layer = per_layer.saved
+    return full

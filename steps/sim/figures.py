@@ -1,15 +1,29 @@
 """The scale section's plots: memory per GPU and predicted tokens/s per GPU against world size,
-one line per (model, strategy: the plan without its sizes), from the report's table of the stage's cells."""
+one series per (model, strategy: the plan without its sizes, cluster, batch per rank), from the
+report's table of the stage's cells. Colour = model; marker and line style = the series among those
+of its colour (the most distinct markers first), so no colour and marker pair is used twice up to
+15 series a colour; the memory panel draws each cluster's GPU memory."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from itertools import cycle
 from pathlib import Path
+
+MARKERS = "os^DvP*X<>phd8H"
+LINES = ("-", "--", "-.", ":")
 
 
 def strategy(plan: str) -> str:
     """'fsdp16×tp8 sp ac-full' -> 'fsdp×tp sp ac-full' (the plan without its sizes)."""
     return re.sub(r"\b(pp|dp|fsdp|tp)\d+", r"\1", str(plan))
+
+
+def gpu_memory(fits: str) -> float | None:
+    """'fits: 64.9 GiB of 95' -> 95.0 (the cluster's GPU memory, as the cell reported it)."""
+    m = re.search(r"of (\d+(?:\.\d+)?)", str(fits))
+    return float(m.group(1)) if m else None
 
 
 def world_curves(table, out_dir) -> list[Path]:
@@ -18,7 +32,8 @@ def world_curves(table, out_dir) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = ("model", "plan", "mesh", "world", "memory/GPU (GiB)", "tokens/s/GPU predicted")
+    cols = ("model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "fits", "memory/GPU (GiB)",
+            "tokens/s/GPU predicted")  # fmt: skip
     if table.empty or any(c not in table for c in cols):
         return []
     search = table["plan"].astype(str).str.startswith(("best:", "none fits"))  # search cells: not one strategy
@@ -27,19 +42,33 @@ def world_curves(table, out_dir) -> list[Path]:
     if df.empty:
         return []
     df["strategy"] = df["plan"].map(strategy)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for (model, strat), g in df.groupby(["model", "strategy"]):
-        g = g.sort_values("world")
-        label = f"{model} {strat}"
-        ax1.plot(g["world"], g["memory/GPU (GiB)"].astype(float), marker="o", label=label)
-        ax2.plot(g["world"], g["tokens/s/GPU predicted"].astype(float), marker="o", label=label)
+    colours = dict(zip(sorted(df["model"].unique()), cycle(plt.get_cmap("tab10").colors)))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    keys = ["model", "strategy", "cluster", "batch/rank (seqs × seq)"]
+    used = Counter()  # series so far per colour
+    for (model, strat, cluster, batch), g in df.groupby(keys):
+        g, colour = g.sort_values("world"), colours[model]
+        i, used[colour] = used[colour], used[colour] + 1
+        style = dict(color=colour, marker=MARKERS[i % len(MARKERS)], linestyle=LINES[i % len(LINES)])
+        label = f"{model} {strat} · {cluster} · batch/rank {batch}"
+        ax1.plot(g["world"], g["memory/GPU (GiB)"].astype(float), label=label, **style)
+        ax2.plot(g["world"], g["tokens/s/GPU predicted"].astype(float), label=label, **style)
+    limits = df.groupby("cluster")["fits"].agg(lambda f: gpu_memory(f.iloc[0]))
+    for (cluster, gib), ls in zip(limits.dropna().items(), LINES):
+        ax1.axhline(gib, color="black", linestyle=ls, linewidth=1, label=f"GPU memory, {cluster}: {gib:g} GiB")
     for ax, what in ((ax1, "memory per GPU (GiB, predicted)"), (ax2, "tokens/s per GPU (predicted)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set(xlabel="world size (GPUs)", ylabel=what)
         ax.grid(alpha=0.3)
-    ax2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the plots, off the points
-    fig.suptitle("scale: per-GPU memory and throughput against world size, per strategy", fontsize=9)
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle(
+        "scale: per-GPU memory and throughput against world size. A line joins cells of one model, strategy, "
+        "cluster and batch/rank;\nmost strategies are single cells (one world size), compare points across "
+        "lines only where cluster and batch match",
+        fontsize=8,
+    )
     fig.tight_layout()
     path = Path(out_dir) / "scale_world_curves.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -10,9 +10,10 @@ overlap   FSDP's all-gathers / reduce-scatters and DP's (HSDP's, ZeRO-1/2's) gra
           exposed (async TP not modelled). PP's sends are exposed; the bubble adds (p-1)/(v·m)
           of the compute.
 tokens/s per GPU = global tokens per step ÷ step time ÷ world; MFU = model FLOPs/s ÷ peak
-memory per GPU   = state + saved activations + transient buffers (FSDP: two layers' bf16
-          parameters gathered and one layer's fp32 gradients before their reduce-scatter; the
-          cross-entropy's fp32 logits gradient)
+memory per GPU   = the state the torch implementation holds (analytic.held_state: fp32 gradients,
+          as communicated) + saved activations + transient buffers (FSDP: two layers' bf16
+          parameters gathered and one layer's fp32 gradients before their reduce-scatter; ZeRO-2:
+          that layer's fp32 gradients; the cross-entropy's fp32 logits gradient)
 """
 
 from __future__ import annotations
@@ -84,11 +85,11 @@ def predict(shape: Shape, plan: ScalePlan, cluster: Cluster) -> dict:
 
 
 def memory(shape: Shape, plan: ScalePlan) -> dict[str, float]:
-    st = A.state(shape, plan)
+    st = A.held_state(shape, plan)
     act = A.activations(shape, plan)
     t = plan.axis("tp")
     layer = (shape.groups()["layers"] / shape.layers - shape.layer_replicated()) / t + shape.layer_replicated()
-    fsdp = (2 * A.BF16 + A.FP32) * layer if plan.zero_stage == 3 else 0.0
+    fsdp = {3: 2 * A.BF16 + A.GRAD_REDUCE, 2: A.GRAD_REDUCE}.get(plan.zero_stage, 0.0) * layer
     ce = A.FP32 * plan.micro_batch * plan.seq * shape.vocab / (t if shape.family == "llama" else 1)
     out = {"state": st["state"], "activations": act["saved"], "transient": fsdp + ce}
     out["total"] = sum(out.values())
