@@ -19,6 +19,7 @@ import math
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
 from steps.sim.plan import PlanError, ScalePlan
+from steps.sim.search import best_plan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import predict
 from steps.sim.versus import compare, simulable
@@ -112,7 +113,6 @@ def run(ctx) -> dict:
 
 
 def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
-    from steps.sim.search import best_plan
 
     s = p["search_for"]
     (plan, pred), tried, fitting = best_plan(shape, cluster, s["world"], s["global_batch"], s["seq"])
@@ -144,7 +144,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
 def ours_cell(ctx, p: dict) -> dict:
     """The sharding stage's gloo cells (`measured`, their plans in `sharding_plans`, their
     metrics.json the job's inputs) replayed by the simulator: state and comm bytes, sim ÷ gloo."""
-    from steps.sim.ours import check
+    from steps.sim.ours import check  # torch: only this cell (scale.py stays torch-free for analytic cells)
 
     missing = [c for c in p["measured"] if c not in (p.get("sharding_plans") or {})]
     if missing:
@@ -170,7 +170,7 @@ def ours_cell(ctx, p: dict) -> dict:
 
 
 def report_figures(table, out_dir, folders):
-    from steps.sim.figures import world_curves
+    from steps.sim.figures import world_curves  # report-side only (matplotlib)
 
     return world_curves(table, out_dir)
 

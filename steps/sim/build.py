@@ -15,10 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    loss_parallel,
+    parallelize_module,
+)
 
+from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.parallel.native.parallelize import apply_tp as gpt_tp
 from steps.sim.shapes import Shape
 
 MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -58,29 +67,20 @@ SCALE = Recipe()
 def build(shape: Shape, layers: int | None = None, recipe: Recipe = SCALE):
     """The module (call it under the FakeTensorMode that should own its tensors)."""
     n = shape.layers if layers is None else layers
-    if shape.family == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
+    sizes = dict(
+        vocab_size=shape.vocab, block_size=shape.max_seq, n_layer=n, n_head=shape.heads, n_embd=shape.d,
+        n_kv_head=shape.kv_heads, mlp_hidden=shape.ffn,
+    )  # fmt: skip
+    if shape.family == "llama":  # HF's own module, its config the one our Llama options convert to
+        from transformers import LlamaForCausalLM  # Llama cells only: transformers costs a gpt2 job ~2 s
 
-        cfg = LlamaConfig(
-            hidden_size=shape.d,
-            intermediate_size=shape.ffn,
-            num_hidden_layers=n,
-            num_attention_heads=shape.heads,
-            num_key_value_heads=shape.kv_heads,
-            vocab_size=shape.vocab,
-            max_position_embeddings=shape.max_seq,
-            tie_word_embeddings=False,
-            attention_bias=False,
-            mlp_bias=False,
-        )
+        from steps.models.llama_convert import hf_config_from_ours  # (imports transformers)
+
+        llama = GPTConfig(**sizes, pos="rope", norm="rmsnorm", mlp="swiglu", bias=False, tie_weights=False)
+        cfg = hf_config_from_ours(llama)
         cfg._attn_implementation = "sdpa"
         return LlamaForCausalLM(cfg)
-    from steps.models.gpt import GPTConfig, GPTLMHeadModel
-
-    cfg = GPTConfig(
-        vocab_size=shape.vocab, block_size=shape.max_seq, n_layer=n, n_head=shape.heads, n_embd=shape.d,
-        n_kv_head=shape.kv_heads, mlp_hidden=shape.ffn, **recipe.gpt,
-    )  # fmt: skip
+    cfg = GPTConfig(**sizes, **recipe.gpt)
     model = GPTLMHeadModel(cfg)
     return model if recipe.dtype == "float32" else model.to(getattr(torch, recipe.dtype))
 
@@ -91,8 +91,6 @@ def blocks(model) -> list:
 
 def apply_tp(model, tp_mesh, sp: bool = False) -> None:
     if not hasattr(model, "model"):  # our GPT: the sharding stage's own plan
-        from steps.parallel.native.parallelize import apply_tp as gpt_tp
-
         gpt_tp(model, tp_mesh, sequence_parallel=sp)
         return
     if sp:
@@ -136,10 +134,6 @@ def apply_fsdp(model, data_mesh, recipe: Recipe = SCALE) -> None:
 def loss_of(model, ids: torch.Tensor, recipe: Recipe = SCALE) -> torch.Tensor:
     """Next-token cross-entropy in fp32 (loss-parallel when the logits are vocabulary-sharded), or
     the model's own loss (our GPT with labels=ids, as the sharding stage's cells train it)."""
-    import torch.nn.functional as F
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.parallel import loss_parallel
-
     if recipe.own_loss:
         loss = model(ids, labels=ids).loss
         loss.backward()

@@ -16,6 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from steps.models.gpt import GPTConfig
+from steps.parallel.plan import Plan
+from steps.sim import build as B
+from steps.sim import fakeworld as fw
 from steps.sim.shapes import Shape
 
 SIMULABLE = ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pipeline cells stay the sharding stage's own
@@ -23,8 +27,6 @@ SIMULABLE = ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pipeline cells stay the 
 
 def shape_of(gpt: dict) -> Shape:
     """The sharding section's `gpt` (GPTConfig fields) as a scale Shape of family gpt2."""
-    from steps.models.gpt import GPTConfig
-
     cfg = GPTConfig(**gpt)
     return Shape(
         "sharding.gpt", "gpt2", cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.kv_heads, cfg.mlp_width, cfg.vocab_size,
@@ -34,9 +36,6 @@ def shape_of(gpt: dict) -> Shape:
 
 def replay(plan) -> dict:
     """Rank 0 of the cell `plan` (a steps.parallel.plan.Plan), one step on the fake group."""
-    from steps.sim import build as B
-    from steps.sim import fakeworld as fw
-
     if plan.backend != "torch_native" or plan.model != "gpt" or plan.strategy not in SIMULABLE:
         raise ValueError(
             f"only the torch_native GPT cells of strategies {SIMULABLE} are replayed "
@@ -71,8 +70,6 @@ def measured(metrics_json: str | Path) -> dict:
 def check(plans: dict, inputs: dict) -> list[dict]:
     """Each sharding cell of `plans` (name -> its resolved params) replayed and set against its
     gloo record `inputs[name]` (its metrics.json)."""
-    from steps.parallel.plan import Plan
-
     rows = []
     for name, params in plans.items():
         plan = Plan.from_params({**params, "seed": 0})
