@@ -16,6 +16,7 @@ import argparse
 import os
 import socket
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from steps import paths
@@ -30,7 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+def app_registered() -> bool:
+    """Whether the installed package declares the lab's `mlflow.app` entry point (a checkout
+    updated without `pip install -e .` again does not)."""
+    return any(ep.name == APP_NAME for ep in entry_points(group="mlflow.app"))
+
+
+def server_command(db: Path, port: int, host: str = "127.0.0.1", app: bool = True) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -44,8 +51,7 @@ def server_command(db: Path, port: int, host: str = "127.0.0.1") -> list[str]:
         str(port),
         "--workers",
         "1",
-        "--app-name",
-        APP_NAME,
+        *(["--app-name", APP_NAME] if app else []),
     ]
 
 
@@ -58,7 +64,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"{args.db} does not exist: run `snakemake --cores all` first, or pass --db")
     port = args.port or free_port()
     print(f"MLflow UI on {ui_url(f'http://127.0.0.1:{port}')}  (Ctrl-C to stop)", flush=True)
-    cmd = server_command(args.db, port)
+    app = app_registered()
+    if not app:
+        print(
+            f"(the lab's MLflow app '{APP_NAME}' is not registered: run `pip install -e .` again; serving "
+            "MLflow's own app, whose pages a new browser opens in GenAI mode until 'Model training' is clicked)",
+            flush=True,
+        )
+    cmd = server_command(args.db, port, app=app)
     os.execv(cmd[0], cmd)
 
 

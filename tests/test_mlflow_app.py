@@ -41,3 +41,14 @@ def test_app_serves_the_page_with_the_default():
     add_default(app)
     body = app.test_client().get("/").get_data(as_text=True)
     assert body.startswith("<!doctype html>") and DEFAULT_SCRIPT in body
+
+
+def test_ui_serves_the_lab_app_when_registered_else_mlflows_own():
+    """`python -m steps.ui` runs `mlflow server --app-name n00bgpt-lab` where the package declares
+    the plugin (pyproject.toml, installed by `pip install -e .`), MLflow's own app otherwise."""
+    from steps.ui import APP_NAME, app_registered, server_command
+
+    assert app_registered()  # this environment installed the package
+    with_app = server_command(Path("lab.db"), 5000)
+    assert with_app[with_app.index("--app-name") + 1] == APP_NAME
+    assert "--app-name" not in server_command(Path("lab.db"), 5000, app=False)
