@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from steps.parallel import engines, parity
+from steps.parallel import engines, nodes, parity
 from steps.parallel import launch as launcher
 from steps.parallel.plan import Plan, PlanError
 from steps.stage import Stage
@@ -54,6 +54,10 @@ def summarize(plan, ranks: list[dict]) -> dict:
         "pipeline_bubble": plan.pipeline_bubble(),
         "max_inflight_microbatches": max(r.get("max_inflight", 0) for r in ranks),
     }
+    if "comm_groups" in r0:  # torch cells: bytes per mesh axis, and the link (intra- or inter-node) it uses
+        local = r0.get("local_world", plan.world)
+        link_m, m["links"] = nodes.per_link(plan.mesh, local, [r["comm_groups"] for r in ranks])
+        m.update(link_m, nodes=max(plan.world // max(local, 1), 1))
     if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
         m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]
     return m
@@ -132,10 +136,19 @@ def run(ctx) -> dict:
         plan, device, launcher.cuda_gpus() if gpu_possible else 0, is_jax and gpu_possible and launcher.jax_has_cuda()
     )
     on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.get("dist_backend") == "nccl")
-    ctx.info["placement"] = (f"{plan.world} GPU(s), " if on_gpu else "CPU, ") + (
-        "JAX" if is_jax else plan.launch.get("dist_backend", "gloo")
+    ctx.info["placement"] = (
+        (f"{plan.world} GPU(s), " if on_gpu else "CPU, ")
+        + ("JAX" if is_jax else plan.launch.get("dist_backend", "gloo"))
+        + (f", {plan.launch['nnodes']} nodes" if int(plan.launch.get("nnodes", 1)) > 1 else "")
     )
     ctx.set_tag("plan", plan.to_dict())
+    node_rank = node_of(plan)
+    if node_rank:
+        raise InputError(
+            f"cell {ctx.cell}: this job is node {node_rank} of {plan.launch.get('nnodes')}; the stage runs on "
+            "node 0 (it owns the MLflow run): start the other nodes with `python -m steps.parallel.launch "
+            "--plan PLAN --out DIR` (steps/parallel/nodes.py)"
+        )
     ranks = launcher.launch(plan, ctx.out / "ranks", env)
     if plan.backend == "jax_lessons":
         return lessons_metrics(ctx, ranks[0])
@@ -164,6 +177,7 @@ def run(ctx) -> dict:
         parity=f"{'ok' if m['parity_ok'] else 'FAIL'} {m['parity_err_worst']:.1e} {m['parity_worst_of']} "
         f"(tol {plan.tolerance:.0e})",
         notes=notes(plan, m, ranks[0]),
+        links=m.get("links", ""),
         worst_param=ranks[0].get("dparam_where", ""),
     )
     if not m["parity_ok"]:
@@ -172,6 +186,14 @@ def run(ctx) -> dict:
     if cores and cores < plan.world and not on_gpu:  # the scheduler may run another cell beside this one
         ctx.info["notes"] += f"; {plan.world} ranks on {cores} reserved core(s): tokens/s not timing-grade"
     return m
+
+
+def node_of(plan) -> int:
+    """This job's node (the cell's launch config, else SLURM's environment: nodes.resolve)."""
+    try:
+        return int(nodes.resolve(plan.launch).get("node_rank", 0))
+    except nodes.NodesError as exc:
+        raise InputError(str(exc)) from None
 
 
 class ParityError(RuntimeError):
@@ -231,6 +253,7 @@ STAGE = Stage(
         "tokens/s": "metrics.tokens_per_s",
         "state/rank measured÷analytic": "metrics.state_ratio",
         "comm/step measured÷analytic": "metrics.comm_ratio",
+        "comm per mesh axis, link": "info.links",
         "parity": "info.parity",
         "worst parity error": "metrics.parity_err_worst",
         "worst error ÷ tolerance": "metrics.parity_err_over_tol",

@@ -29,12 +29,15 @@ class CommCounter:
         self.bytes = 0.0
         self.calls: Counter = Counter()
         self.detail: Counter = Counter()  # "<op>/<group size>" -> bytes
+        self.groups: Counter = Counter()  # "0,2" (the group's global ranks) -> bytes: its mesh axis, its link
 
-    def add(self, op: str, nbytes: int, group_size: int) -> None:
+    def add(self, op: str, nbytes: int, group_size: int, ranks=None) -> None:
         sent = ring_bytes(op, nbytes, group_size)
         self.bytes += sent
         self.calls[op] += 1
         self.detail[f"{op}/{group_size}"] += sent
+        if ranks is not None:
+            self.groups[",".join(map(str, ranks))] += sent
 
 
 COUNTER = CommCounter()
@@ -44,32 +47,40 @@ def _size(group) -> int:
     return dist.get_world_size(group)
 
 
+def _ranks(group) -> list[int] | None:
+    """The group's global ranks (None: the default group, every rank), or None if unknown."""
+    try:
+        return dist.get_process_group_ranks(group or dist.group.WORLD)
+    except (RuntimeError, KeyError, ValueError):
+        return None
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
 def all_reduce(t: torch.Tensor, group=None) -> torch.Tensor:
     """In-place SUM all-reduce (gloo has no PREMUL_SUM; callers divide for an average)."""
-    COUNTER.add("all_reduce", _nbytes(t), _size(group))
+    COUNTER.add("all_reduce", _nbytes(t), _size(group), _ranks(group))
     dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
     return t
 
 
 def all_gather_into_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> torch.Tensor:
     """`out` is flat (gloo rejects a (N, n) output), N× the size of `inp`."""
-    COUNTER.add("all_gather", _nbytes(out), _size(group))
+    COUNTER.add("all_gather", _nbytes(out), _size(group), _ranks(group))
     dist.all_gather_into_tensor(out, inp, group=group)
     return out
 
 
 def reduce_scatter_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> torch.Tensor:
-    COUNTER.add("reduce_scatter", _nbytes(inp), _size(group))
+    COUNTER.add("reduce_scatter", _nbytes(inp), _size(group), _ranks(group))
     dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=group)
     return out
 
 
 def isend(t: torch.Tensor, dst: int):
-    COUNTER.add("send", _nbytes(t), 2)
+    COUNTER.add("send", _nbytes(t), 2, sorted((dist.get_rank(), dst)))
     return dist.isend(t, dst)
 
 
@@ -110,18 +121,19 @@ def from_rank0(obj):
 
 
 # ---- native code: count the ops the process group receives -----------------------------------
-def _group_size(args, default: int) -> int:
+def _group(args):
+    """The process group a c10d / functional-collective op names, or None."""
     for a in args:
         if isinstance(a, dist.ProcessGroup):
-            return a.size()
+            return a
         if type(a).__name__ == "ScriptObject":  # the dispatcher hands c10d ops a boxed group
-            return dist.ProcessGroup.unbox(a).size()
+            return dist.ProcessGroup.unbox(a)
         if isinstance(a, str) and a:  # functional collectives name their group
             try:
-                return dist.distributed_c10d._resolve_process_group(a).size()
+                return dist.distributed_c10d._resolve_process_group(a)
             except Exception:  # noqa: BLE001
                 pass
-    return default
+    return None
 
 
 def _tensors(x):
@@ -146,10 +158,12 @@ class NativeCommMode(TorchDispatchMode):
         name = func._schema.name.split("::")[-1].rstrip("_")
         ns = func.namespace
         if ns in ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd"):
-            n = _group_size(list(args) + list((kwargs or {}).values()), self.world)
+            group = _group(list(args) + list((kwargs or {}).values()))
+            n = group.size() if group is not None else self.world
+            ranks = _ranks(group) if group is not None else list(range(self.world))
             inb = sum(_nbytes(t) for t in _tensors(args[0])) if args else 0
             if name in ("allreduce", "all_reduce", "allreduce_coalesced", "all_reduce_coalesced"):
-                self.counter.add("all_reduce", inb, n)
+                self.counter.add("all_reduce", inb, n, ranks)
             elif name in (
                 "_allgather_base",
                 "allgather_into_tensor_coalesced",
@@ -160,7 +174,7 @@ class NativeCommMode(TorchDispatchMode):
                 src = (
                     args[1] if name in ("_allgather_base", "allgather_into_tensor_coalesced", "allgather") else args[0]
                 )
-                self.counter.add("all_gather", sum(_nbytes(t) for t in _tensors(src)) * n, n)
+                self.counter.add("all_gather", sum(_nbytes(t) for t in _tensors(src)) * n, n, ranks)
             elif name in (
                 "_reduce_scatter_base",
                 "reduce_scatter_tensor_coalesced",
@@ -173,9 +187,9 @@ class NativeCommMode(TorchDispatchMode):
                     if name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "reduce_scatter")
                     else args[0]
                 )
-                self.counter.add("reduce_scatter", sum(_nbytes(t) for t in _tensors(src)), n)
+                self.counter.add("reduce_scatter", sum(_nbytes(t) for t in _tensors(src)), n, ranks)
             elif name in ("broadcast",):
-                self.counter.add("broadcast", inb, n)
+                self.counter.add("broadcast", inb, n, ranks)
             elif name in ("send",):
-                self.counter.add("send", inb, 2)
+                self.counter.add("send", inb, 2, None)  # native pipelines: peer not resolved here
         return func(*args, **(kwargs or {}))

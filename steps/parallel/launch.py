@@ -27,7 +27,7 @@ import uuid
 from importlib import util
 from pathlib import Path
 
-from steps.parallel import engines
+from steps.parallel import engines, nodes
 from steps.parallel.plan import Plan
 
 
@@ -134,18 +134,7 @@ def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
     if nnodes == 1 and not ln.get("rdzv_endpoint"):
         cmd.append("--standalone")
     else:  # multi-node: every node runs the same job with its node_rank and the shared endpoint
-        cmd += [
-            "--nnodes",
-            str(nnodes),
-            "--node_rank",
-            str(ln.get("node_rank", 0)),
-            "--rdzv_backend",
-            "c10d",
-            "--rdzv_endpoint",
-            ln["rdzv_endpoint"],
-            "--rdzv_id",
-            str(ln.get("rdzv_id", "sharding")),
-        ]
+        cmd += nodes.torchrun_args(ln)
     return cmd + ["-m", "steps.parallel.worker", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
@@ -153,11 +142,14 @@ def jax_cmd(plan: Plan, out: Path) -> list[str]:
     return [sys.executable, "-m", "steps.parallel.jax", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
-def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict | None = None) -> float:
+def run_processes(
+    cmd: list[str], out: Path, timeout_s: float, env_extra: dict | None = None, log_name: str = "processes.log"
+) -> float:
     """Run `cmd` in its own session; on timeout kill the whole group. Returns wall seconds."""
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("rank*.json"):
-        old.unlink()
+    for pattern in ("rank*.json", "hold.rank*", "peers.json"):
+        for old in out.glob(pattern):
+            old.unlink(missing_ok=True)
     tag = uuid.uuid4().hex  # marks every process of this launch, whatever its session
     env = {
         **os.environ,
@@ -166,7 +158,7 @@ def run_processes(cmd: list[str], out: Path, timeout_s: float, env_extra: dict |
         **(env_extra or {}),
         "N00BGPT_LAUNCH": tag,
     }
-    log = out / "processes.log"
+    log = out / log_name
     t0 = time.time()
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -206,11 +198,52 @@ def collect(out: Path, world: int) -> list[dict]:
 def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
     """Run the cell and return every rank's record (rank 0 first). Torch cells run on the plan's
     launch.dist_backend; JAX cells in `env` (jax_env; default: CPU host devices). A (backend,
-    strategy) without an engine fails here, before any process starts (engines.entry)."""
+    strategy) without an engine fails here, before any process starts (engines.entry).
+    Across nodes (nodes.py: the config or SLURM's environment) this runs this node's share; node 0
+    returns every rank's record, another node [] once its ranks are done."""
     timeout = float(plan.launch.get("timeout_s", 120))
     engines.entry(plan.backend, plan.strategy)
     if jax_cell(plan):
         run_processes(jax_cmd(plan, out), out, timeout, env or jax_env(plan, "cpu", 0, False))
         return collect(out, 1)
-    run_processes(torchrun_cmd(plan, out), out, timeout)
-    return collect(out, plan.world)
+    try:
+        ln = nodes.resolve(plan.launch)
+    except nodes.NodesError as exc:
+        raise LaunchError(str(exc)) from None
+    if ln != plan.launch:
+        plan = Plan.from_params({**plan.to_dict(), "launch": ln})
+    nnodes, node = int(ln.get("nnodes", 1)), int(ln.get("node_rank", 0))
+    if nnodes == 1:
+        run_processes(torchrun_cmd(plan, out), out, timeout)
+        return collect(out, plan.world)
+    extra = nodes.socket_env(ln)
+    route = nodes.route_to(nodes.split_endpoint(ln["rdzv_endpoint"])[0])
+    extra["N00BGPT_NODE_ADDR"] = route[1] if route else ""
+    try:
+        run_processes(
+            torchrun_cmd(plan, out), out, timeout, extra, "processes.log" if node == 0 else f"processes.node{node}.log"
+        )
+    except LaunchError as exc:
+        raise LaunchError(f"{nodes.diagnose(ln, out / 'peers.json')}; {exc}") from None
+    return collect(out, plan.world) if node == 0 else []
+
+
+def main(argv=None) -> None:
+    """One node's launcher: `python -m steps.parallel.launch --plan JSON --out DIR` (under `srun
+    --ntasks-per-node 1` it reads its place from SLURM's environment). Node 0 prints the cell's
+    parity and per-link bytes as one JSON line; a failure exits 1 with LaunchError's message."""
+    from steps.parallel.plan import plan_from_argv
+
+    plan, out = plan_from_argv(argv)
+    try:
+        ranks = launch(plan, out)
+    except LaunchError as exc:
+        sys.exit(f"launch failed: {exc}")
+    if ranks:
+        from steps.sharding import summarize
+
+        print(json.dumps({k: v for k, v in summarize(plan, ranks).items() if isinstance(v, (int, float, str))}))
+
+
+if __name__ == "__main__":
+    main()

@@ -61,9 +61,17 @@ class Plan:
             "dist_backend": "gloo",
         }
     )
-    # test fixtures: a rank that exits/hangs (kill_rank), a replica that drifts (diverge_rank): worker.py
+    # test fixtures: a rank that exits/hangs (kill_rank), a replica that drifts (diverge_rank), every
+    # rank pausing before a step (hold_s: the cut-link test): worker.py
     fault: dict = field(
-        default_factory=lambda: {"kill_rank": -1, "at_step": 1, "mode": "exit", "diverge_rank": -1, "diverge_by": 1e-3}
+        default_factory=lambda: {
+            "kill_rank": -1,
+            "at_step": 1,
+            "mode": "exit",
+            "diverge_rank": -1,
+            "diverge_by": 1e-3,
+            "hold_s": 0,
+        }
     )
 
     @classmethod

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from steps import hardware
-from steps.parallel import comm, engines
+from steps.parallel import comm, engines, nodes
 from steps.parallel.parity import max_delta, replica_spread
 from steps.parallel.plan import Plan, plan_from_argv
 from steps.parallel.reference import DTYPES
@@ -49,9 +49,14 @@ def device_sync() -> None:
         torch.cuda.synchronize()
 
 
-def maybe_fault(plan: Plan, rank: int, step: int) -> None:
-    """Deliberate failure for the launcher's fail-fast test: a rank that exits or hangs."""
+def maybe_fault(plan: Plan, rank: int, step: int, out: Path) -> None:
+    """Deliberate failure for the launcher's fail-fast test: a rank that exits or hangs; or every
+    rank pausing hold_s before step at_step, after writing out/hold.rank<r> (the cut-link test
+    takes a link down meanwhile, so the step's collectives meet a dead link)."""
     f = plan.fault
+    if f.get("hold_s", 0) and step == f.get("at_step", 1):
+        (out / f"hold.rank{rank}").write_text(str(time.time()))
+        time.sleep(float(f["hold_s"]))
     if f.get("kill_rank", -1) == rank and step == f.get("at_step", 1):
         if f.get("mode", "exit") == "hang":
             time.sleep(10**6)
@@ -95,7 +100,7 @@ def run(plan: Plan, out: Path) -> dict:
     spreads = []  # (max |view_r - view_0| over the ranks, name): gradients every step, then parameters
     hardware.reset_peak_rss()
     for step in range(plan.steps):
-        maybe_fault(plan, rank, step)
+        maybe_fault(plan, rank, step, out)
         batch = engine.batch(step, dtype)
         dist.barrier()
         device_sync()
@@ -110,6 +115,7 @@ def run(plan: Plan, out: Path) -> dict:
         maybe_diverge(plan, params, rank, step)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
+        rec["comm_groups"] = dict(counter.groups)  # per group of ranks: nodes.per_link's input
         check_loss_dtype(loss, dtype)
         loss = loss.detach().clone()
         dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)
@@ -127,8 +133,29 @@ def run(plan: Plan, out: Path) -> dict:
     rec["replica_spread"], rec["replica_where"] = max(spreads)
     rec["analytic"] = engine.analytic()
     rec["max_inflight"] = getattr(engine.model, "max_inflight", 0)
-    (out / f"rank{rank}.json").write_text(json.dumps(rec, indent=1))
+    rec["node"], rec["local_world"] = (
+        int(os.environ.get("GROUP_RANK", 0)),
+        int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+    )
+    # rank 0 writes every rank's record: the launcher of node 0 reads them without a shared filesystem
+    recs = [None] * world if rank == 0 else None
+    dist.gather_object(rec, recs, dst=0)
+    for r in recs or []:
+        (out / f"rank{r['rank']}.json").write_text(json.dumps(r, indent=1))
     return rec
+
+
+def exchange_peers(out: Path) -> None:
+    """Multi-node: every node's address on every rank; each node's local rank 0 writes
+    out/peers.json, from which a failed launch names the node it cannot reach (nodes.diagnose)."""
+    world, local = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    if local == world:
+        return
+    me = {"node": int(os.environ.get("GROUP_RANK", 0)), "addr": os.environ.get("N00BGPT_NODE_ADDR", "")}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, me)
+    if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+        nodes.write_peers(out / "peers.json", list({p["node"]: p for p in everyone}.values()))
 
 
 def main() -> None:
@@ -140,6 +167,7 @@ def main() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
     try:
+        exchange_peers(out)
         run(plan, out)
     finally:
         dist.destroy_process_group()
