@@ -97,6 +97,7 @@ def run(plan: Plan, out: Path) -> dict:
     opt = plan.optimizer_for(params)
     counter = comm.COUNTER
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
+    groups: dict[str, float] = {}
     spreads = []  # (max |view_r - view_0| over the ranks, name): gradients every step, then parameters
     hardware.reset_peak_rss()
     for step in range(plan.steps):
@@ -115,7 +116,8 @@ def run(plan: Plan, out: Path) -> dict:
         maybe_diverge(plan, params, rank, step)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
-        rec["comm_groups"] = dict(counter.groups)  # per group of ranks: nodes.per_link's input
+        for key, sent in counter.groups.items():  # per group of ranks: nodes.per_link's input
+            groups[key] = groups.get(key, 0.0) + sent / plan.steps  # mean per step, as comm_bytes_step
         check_loss_dtype(loss, dtype)
         loss = loss.detach().clone()
         dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)
@@ -133,6 +135,7 @@ def run(plan: Plan, out: Path) -> dict:
     rec["replica_spread"], rec["replica_where"] = max(spreads)
     rec["analytic"] = engine.analytic()
     rec["max_inflight"] = getattr(engine.model, "max_inflight", 0)
+    rec["comm_groups"] = groups
     rec["node"], rec["local_world"] = (
         int(os.environ.get("GROUP_RANK", 0)),
         int(os.environ.get("LOCAL_WORLD_SIZE", world)),
