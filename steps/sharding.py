@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 
-from steps.parallel import engines, nodes, parity
+from steps.parallel import engines, links, nodes, parity
 from steps.parallel import launch as launcher
 from steps.parallel.plan import Plan, PlanError
 from steps.stage import Stage
@@ -56,7 +56,7 @@ def summarize(plan, ranks: list[dict]) -> dict:
     }
     if "comm_groups" in r0:  # torch cells: bytes per mesh axis, and the link (intra- or inter-node) it uses
         local = r0.get("local_world", plan.world)
-        link_m, m["links"] = nodes.per_link(plan.mesh, local, [r["comm_groups"] for r in ranks])
+        link_m, m["links"] = links.per_link(plan.mesh, local, [r["comm_groups"] for r in ranks])
         m.update(link_m, nodes=max(plan.world // max(local, 1), 1))
     if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
         m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]

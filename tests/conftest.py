@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,19 @@ def clean_env() -> dict:
     # ... and this checkout's `steps` the package they run (not another checkout's editable install)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
+
+
+def processes_naming(path: Path) -> list[str]:
+    """Pids whose command line names `path` (a failed launch's ranks must all be gone)."""
+    time.sleep(0.5)
+    alive = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(path).encode() in (proc_dir / "cmdline").read_bytes():
+                alive.append(proc_dir.name)
+        except OSError:
+            pass
+    return alive
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from steps.parallel import nodes
+from steps.parallel import links, nodes
 from steps.parallel.launch import launch
 from steps.parallel.plan import Plan
-from tests.conftest import ROOT, clean_env, io_args, stage_params, stage_paths
+from tests.conftest import ROOT, clean_env, io_args, processes_naming, stage_params, stage_paths
 
 SCRIPT = ROOT / "scripts" / "two-hosts"
 # the test's own namespaces (a user's `scripts/two-hosts up` keeps n00b-a / n00b-b)
@@ -79,7 +79,7 @@ def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():
         {"2,3": 100.0, "0,2": 40.0},
         {"2,3": 100.0, "1,3": 40.0},
     ]
-    metrics, text = nodes.per_link({"fsdp": 2, "tp": 2}, 2, groups)
+    metrics, text = links.per_link({"fsdp": 2, "tp": 2}, 2, groups)
     assert metrics == {
         "comm_bytes_step_fsdp": 40.0,
         "comm_bytes_step_tp": 100.0,
@@ -88,9 +88,9 @@ def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():
     }
     assert text == "fsdp inter-node 0.0 KiB; tp intra-node 0.1 KiB"
     # the same cell on one host: every axis intra-node
-    one = nodes.per_link({"fsdp": 2, "tp": 2}, 4, groups)[0]
+    one = links.per_link({"fsdp": 2, "tp": 2}, 4, groups)[0]
     assert one["comm_inter_node_bytes_step"] == 0 and one["comm_intra_node_bytes_step"] == 140.0
-    assert nodes.axis_of({"fsdp": 2, "tp": 2}, [0, 1, 2, 3]) == "fsdp×tp"
+    assert links.axis_of({"fsdp": 2, "tp": 2}, [0, 1, 2, 3]) == "fsdp×tp"
 
 
 # ---- two hosts for real --------------------------------------------------------------------------
@@ -258,14 +258,7 @@ def test_a_link_cut_mid_step_names_the_unreachable_node_and_a_rerun_completes(tw
     assert re.search(r"launch failed: node 1 \(10\.77\.0\.2\) unreachable from node 0 \(10\.77\.0\.1\)", said0), said0
     assert re.search(r"launch failed: node 0 \(10\.77\.0\.1\) unreachable from node 1 \(10\.77\.0\.2\)", said1), said1
     assert "Traceback" not in said0 + said1  # a message, not a bare traceback (the ranks' log has the rest)
-    time.sleep(0.5)
-    alive = []
-    for proc_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            if str(out).encode() in (proc_dir / "cmdline").read_bytes():
-                alive.append(proc_dir.name)
-        except OSError:
-            pass
+    alive = processes_naming(out)
     assert not alive, f"ranks left running: {alive}"
     # link back up: the same cell completes
     _two_hosts("status")

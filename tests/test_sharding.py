@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from steps.parallel.launch import LaunchError, launch
 from steps.parallel.plan import Plan, PlanError
 from steps.parallel.scratch.pp import schedule_order
 from steps.sharding import summarize
-from tests.conftest import clean_env
+from tests.conftest import clean_env, processes_naming
 
 TINY = {
     "mlp": {"dim": 8, "hidden": 16, "layers": 2},
@@ -275,14 +274,7 @@ def test_a_dead_or_hung_rank_fails_fast(tmp_path, mode):
         launch(p, tmp_path)
     assert time.time() - t0 < timeout + 10
     # no rank outlives the failed launch (torchrun gives each rank a session of its own)
-    time.sleep(0.5)
-    alive = []
-    for proc_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            if str(tmp_path).encode() in (proc_dir / "cmdline").read_bytes():
-                alive.append(proc_dir.name)
-        except OSError:
-            pass
+    alive = processes_naming(tmp_path)
     assert not alive, f"ranks left running: {alive}"
 
 

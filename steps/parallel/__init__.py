@@ -3,6 +3,8 @@
 plan.py       the descriptive plan of a cell (mesh, strategy, schedule, model); no torch/jax
 engines.py    (backend, strategy) -> the engine that runs it, and the engine protocols
 launch.py     where a cell runs (GPUs, backends) and starting its processes; fail fast
+nodes.py      across hosts: each node's place (config or SLURM), its interface, the unreachable node
+links.py      which mesh axis crosses the host boundary, and the bytes on each link
 worker.py     one torch rank's loop: train K steps, measure, compare with the reference
 analytic.py   the ring cost factors and what each strategy should cost
 comm.py       torch collectives through a byte counter (scratch) and a dispatch-mode counter (native)

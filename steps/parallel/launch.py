@@ -210,28 +210,20 @@ def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
         ln = nodes.resolve(plan.launch)
     except nodes.NodesError as exc:
         raise LaunchError(str(exc)) from None
-    if ln != plan.launch:
-        plan = Plan.from_params({**plan.to_dict(), "launch": ln})
-    nnodes, node = int(ln.get("nnodes", 1)), int(ln.get("node_rank", 0))
-    if nnodes == 1:
+    plan = plan if ln == plan.launch else Plan.from_params({**plan.to_dict(), "launch": ln})
+    if int(ln.get("nnodes", 1)) == 1:
         run_processes(torchrun_cmd(plan, out), out, timeout)
         return collect(out, plan.world)
-    extra = nodes.socket_env(ln)
-    route = nodes.route_to(nodes.split_endpoint(ln["rdzv_endpoint"])[0])
-    extra["N00BGPT_NODE_ADDR"] = route[1] if route else ""
     try:
-        run_processes(
-            torchrun_cmd(plan, out), out, timeout, extra, "processes.log" if node == 0 else f"processes.node{node}.log"
-        )
+        run_processes(torchrun_cmd(plan, out), out, timeout, nodes.rank_env(ln), nodes.log_name(ln))
     except LaunchError as exc:
         raise LaunchError(f"{nodes.diagnose(ln, out / 'peers.json')}; {exc}") from None
-    return collect(out, plan.world) if node == 0 else []
+    return collect(out, plan.world) if int(ln.get("node_rank", 0)) == 0 else []
 
 
 def main(argv=None) -> None:
-    """One node's launcher: `python -m steps.parallel.launch --plan JSON --out DIR` (under `srun
-    --ntasks-per-node 1` it reads its place from SLURM's environment). Node 0 prints the cell's
-    parity and per-link bytes as one JSON line; a failure exits 1 with LaunchError's message."""
+    """One node's launcher, `python -m steps.parallel.launch --plan JSON --out DIR` (nodes.py): node 0
+    prints the cell's metrics as one JSON line; a failure exits 1 with LaunchError's message."""
     from steps.parallel.plan import plan_from_argv
 
     plan, out = plan_from_argv(argv)

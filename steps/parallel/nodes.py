@@ -12,9 +12,8 @@ Where a node learns (nnodes, node_rank, rdzv_endpoint), first match wins:
   else    one node (torchrun --standalone)
 Node 0 hosts the rendezvous store: rdzv_endpoint must be an address of node 0.
 
-Ranks are node-major (torchrun: rank = node * local world + local rank) and the mesh is rank-major
-(init_device_mesh: outer axis first), so on 2 nodes × 2 ranks a mesh {fsdp: 2, tp: 2} keeps tp inside
-a node and runs fsdp across the link. Nothing here imports torch: the launching job reads it too.
+Which mesh axis crosses the host boundary, with its bytes: links.py. Nothing here imports torch:
+the launching job reads it too.
 """
 
 from __future__ import annotations
@@ -149,12 +148,20 @@ def torchrun_args(launch: dict) -> list[str]:
     return args
 
 
-def socket_env(launch: dict) -> dict:
-    """GLOO_SOCKET_IFNAME for the ranks: the interface toward node 0 (unless the user set one)."""
-    if int(launch.get("nnodes", 1)) <= 1 or os.environ.get("GLOO_SOCKET_IFNAME"):
-        return {}
+def rank_env(launch: dict) -> dict:
+    """The ranks' environment on this node: GLOO_SOCKET_IFNAME = the interface toward node 0 (unless
+    the user set one), N00BGPT_NODE_ADDR = this node's address on it (worker.exchange_peers)."""
     route = route_to(split_endpoint(launch["rdzv_endpoint"])[0])
-    return {"GLOO_SOCKET_IFNAME": route[0]} if route else {}
+    env = {"N00BGPT_NODE_ADDR": route[1] if route else ""}
+    if route and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        env["GLOO_SOCKET_IFNAME"] = route[0]
+    return env
+
+
+def log_name(launch: dict) -> str:
+    """torchrun's log: node 0's keeps the one-node name; the others' do not clash on a shared disk."""
+    node = int(launch.get("node_rank", 0))
+    return "processes.log" if node == 0 else f"processes.node{node}.log"
 
 
 # ---- which node cannot be reached ---------------------------------------------------------------
@@ -204,45 +211,3 @@ def _safe_ip(host: str) -> str:
         return _ip(host)
     except OSError:
         return host
-
-
-# ---- which link each mesh axis uses -------------------------------------------------------------
-def axis_of(mesh: dict, ranks) -> str:
-    """The mesh axes a process group spans ("fsdp", "tp", "fsdp×tp" for the whole 2-D world)."""
-    sizes = list(mesh.values()) or [1]
-    coords = [_unravel(r, sizes) for r in ranks]
-    names = list(mesh) or ["world"]
-    varying = [names[i] for i in range(len(sizes)) if len({c[i] for c in coords}) > 1]
-    return "×".join(varying) or "self"
-
-
-def _unravel(rank: int, sizes: list[int]) -> list[int]:
-    out = []
-    for s in reversed(sizes):
-        out.append(rank % s)
-        rank //= s
-    return out[::-1]
-
-
-def link_of(ranks, local_world: int) -> str:
-    return "inter-node" if len({r // local_world for r in ranks}) > 1 else "intra-node"
-
-
-def per_link(mesh: dict, local_world: int, ranks_groups: list[dict]) -> tuple[dict, str]:
-    """Per-step bytes each rank sends per mesh axis (mean over ranks, analytic.py's ring convention),
-    with the link the axis uses: (metrics, "fsdp inter-node 12.0 KiB; tp intra-node 3.0 KiB").
-    `ranks_groups`: per rank, {"0,2": bytes sent on the group of ranks 0 and 2} of one step."""
-    local = max(local_world, 1)
-    by_axis: dict[str, list] = {}
-    for groups in ranks_groups:
-        for key, sent in groups.items():
-            ranks = [int(r) for r in key.split(",")]
-            slot = by_axis.setdefault(axis_of(mesh, ranks), [0.0, link_of(ranks, local)])
-            slot[0] += sent / len(ranks_groups)
-            if link_of(ranks, local) == "inter-node":
-                slot[1] = "inter-node"
-    metrics = {f"comm_bytes_step_{axis.replace('×', '_')}": b for axis, (b, _) in by_axis.items()}
-    metrics["comm_inter_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "inter-node")
-    metrics["comm_intra_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "intra-node")
-    text = "; ".join(f"{axis} {link} {b / 1024:.1f} KiB" for axis, (b, link) in sorted(by_axis.items()))
-    return metrics, text
