@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from steps.parallel import links, nodes
-from steps.parallel.launch import launch
+from steps.parallel.launch import LaunchError, launch
 from steps.parallel.plan import Plan
 from tests.conftest import ROOT, clean_env, io_args, processes_naming, stage_params, stage_paths
 
@@ -267,3 +267,18 @@ def test_a_link_cut_mid_step_names_the_unreachable_node_and_a_rerun_completes(tw
     assert node0.returncode == 0 and node1.returncode == 0, said0[-3000:] + said1[-3000:]
     summary = json.loads(said0.strip().splitlines()[-1])
     assert summary["parity_ok"] == 1.0 and summary["links"].startswith("dp inter-node")
+
+
+@pytest.mark.slow
+def test_a_node_that_never_joins_fails_the_launch_naming_the_rendezvous(tmp_path):
+    """Node 0 waits at the rendezvous for a node 1 that never starts: the launch fails within its
+    timeout, saying the rendezvous did not complete (no namespaces needed: node 0 on loopback)."""
+    timeout = 15
+    port = next(_PORTS)
+    launch_cfg = {"nnodes": 2, "node_rank": 0, "rdzv_endpoint": f"127.0.0.1:{port}", "timeout_s": timeout}
+    p = Plan.from_params({**TINY, "strategy": "dp", "mesh": {"dp": 4}, "launch": launch_cfg})
+    t0 = time.time()
+    with pytest.raises(LaunchError, match=rf"^the rendezvous at 127\.0\.0\.1:{port} did not complete"):
+        launch(p, tmp_path)
+    assert time.time() - t0 < timeout + 10
+    assert not processes_naming(tmp_path)
