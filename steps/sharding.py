@@ -237,7 +237,7 @@ def lessons_metrics(ctx, rec: dict) -> dict:
     for f in sorted((ctx.out / "ranks").glob("*.txt")):
         ctx.log_artifact(f, "sharding")
     ctx.info.update(
-        backend="jax_lessons", strategy="—", mesh=rec.get("mesh", ""), parity="", notes=rec.get("notes", "")
+        backend="jax_lessons", strategy="—", mesh=rec.get("mesh", ""), parity="", notes=rec.get("notes", ""), links=""
     )
     return {k: v for k, v in rec.items() if isinstance(v, (int, float))}
 

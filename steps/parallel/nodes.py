@@ -150,9 +150,10 @@ def torchrun_args(launch: dict) -> list[str]:
 
 def rank_env(launch: dict) -> dict:
     """The ranks' environment on this node: GLOO_SOCKET_IFNAME = the interface toward node 0 (unless
-    the user set one), N00BGPT_NODE_ADDR = this node's address on it (worker.exchange_peers)."""
+    the user set one), N00BGPT_NODE_ADDR/_RANK = this node's address on it and its configured rank
+    (worker.exchange_peers; c10d numbers the nodes in its own order, GROUP_RANK, by address)."""
     route = route_to(split_endpoint(launch["rdzv_endpoint"])[0])
-    env = {"N00BGPT_NODE_ADDR": route[1] if route else ""}
+    env = {"N00BGPT_NODE_ADDR": route[1] if route else "", "N00BGPT_NODE_RANK": str(launch.get("node_rank", 0))}
     if route and not os.environ.get("GLOO_SOCKET_IFNAME"):
         env["GLOO_SOCKET_IFNAME"] = route[0]
     return env

@@ -154,7 +154,7 @@ def exchange_peers(out: Path) -> None:
     world, local = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     if local == world:
         return
-    me = {"node": int(os.environ.get("GROUP_RANK", 0)), "addr": os.environ.get("N00BGPT_NODE_ADDR", "")}
+    me = {"node": int(os.environ.get("N00BGPT_NODE_RANK", 0)), "addr": os.environ.get("N00BGPT_NODE_ADDR", "")}
     everyone = [None] * world
     dist.all_gather_object(everyone, me)
     if int(os.environ.get("LOCAL_RANK", 0)) == 0:
