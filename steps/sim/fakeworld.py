@@ -130,9 +130,9 @@ class AxisCounter(CommCounter):
         super().reset()
         self.axis, self.by_axis = "?", Counter()
 
-    def add(self, op: str, nbytes: int, group_size: int) -> None:
+    def add(self, op: str, nbytes: int, group_size: int, ranks=None) -> None:
         before = self.bytes
-        super().add(op, nbytes, group_size)
+        super().add(op, nbytes, group_size, ranks)
         self.by_axis[f"{self.axis}/{op}"] += self.bytes - before
 
 
