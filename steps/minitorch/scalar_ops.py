@@ -92,3 +92,11 @@ def relu_back(x, g):
 
 def erf_back(x, g):  # d erf(x)/dx = 2/sqrt(pi) exp(-x^2)
     return g * 1.1283791670955126 * math.exp(-x * x)
+
+
+def sub(x, y):
+    return x - y
+
+
+def dec(x):
+    return x - 1.0

@@ -80,8 +80,9 @@ class TensorData:
             raise IndexingError(f"{len(self.shape)} dimensions: at most {MAX_DIMS}")
         self.size = int(np.prod(self.shape, dtype=np.int64))
         if self.size and index_to_position([s - 1 for s in self.shape], self.strides) >= len(self.storage):
-            raise IndexingError(f"shape {self.shape} with strides {self.strides} overruns a storage of "
-                                f"{len(self.storage)} elements")
+            raise IndexingError(
+                f"shape {self.shape} with strides {self.strides} overruns a storage of {len(self.storage)} elements"
+            )
         # the same as int64 arrays: what the compiled kernels index with
         self.shape_array = np.array(self.shape, dtype=np.int64)
         self.strides_array = np.array(self.strides, dtype=np.int64)
@@ -129,8 +130,10 @@ class TensorData:
         if int(np.prod(shape, dtype=np.int64)) != self.size:
             raise IndexingError(f"view{tuple(shape)} has {int(np.prod(shape))} elements; the tensor has {self.size}")
         if not self.is_contiguous():
-            raise IndexingError(f"view of a non-contiguous tensor (shape {self.shape}, strides {self.strides}): "
-                                "call .contiguous() first")
+            raise IndexingError(
+                f"view of a non-contiguous tensor (shape {self.shape}, strides {self.strides}): "
+                "call .contiguous() first"
+            )
         return TensorData(self.storage, shape)
 
     def to_numpy(self) -> np.ndarray:
