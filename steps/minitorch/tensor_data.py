@@ -71,7 +71,10 @@ class TensorData:
     """storage (1-D float64), shape, strides: what every kernel receives as a triple."""
 
     def __init__(self, storage: np.ndarray, shape: Sequence[int], strides: Sequence[int] | None = None):
-        self.storage = np.ascontiguousarray(storage, dtype=np.float64).reshape(-1)
+        storage = np.asarray(storage, dtype=np.float64)
+        if storage.ndim != 1 or not storage.flags.c_contiguous:
+            storage = np.ascontiguousarray(storage).reshape(-1)
+        self.storage = storage  # views keep the very same buffer
         self.shape = tuple(int(s) for s in shape)
         self.strides = tuple(int(s) for s in strides) if strides is not None else strides_from_shape(self.shape)
         if len(self.strides) != len(self.shape):
