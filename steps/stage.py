@@ -28,6 +28,8 @@ section from the rest:
   params_used  f(params) -> the params that mean something for this cell, what its MLflow run
             shows (e.g. a gensim cell has no optimizer); the config hash and metrics.json keep
             the whole resolved config
+  columns_for  f(params) -> the column titles a cell of these params fills, where a stage's cells
+            measure different things (miniTorch: ops, GPT, classifier); None = every column
 
 tests/test_stage_contract.py checks every column against what `run` returned on the smoke DAG.
 """
@@ -59,6 +61,7 @@ class Stage:
     tables: Sequence[str] = ()
     figures: Callable | None = None
     params_used: Callable[[dict], dict] | None = None
+    columns_for: Callable[[dict], Sequence[str]] | None = None
 
     def __post_init__(self):
         for title, ref in self.columns.items():

@@ -157,6 +157,11 @@ def smoke_dag(tmp_path_factory) -> Path:
     return work
 
 
+def smoke_params(stage: str, cell: str) -> dict:
+    """The resolved params one smoke job sees."""
+    return cell_config(load_config(DEFAULT, SMOKE), stage, cell)["params"]
+
+
 def smoke_cells() -> dict[str, list[str]]:
     """The cells of every stage in the smoke config (tracking and report are no matrix)."""
     cfg = load_config(DEFAULT, SMOKE)

@@ -47,3 +47,11 @@ __all__ = [
     "tensor",
     "zeros",
 ]
+
+
+def __getattr__(name):  # `STAGE` imports the stage (torch, transformers) only when asked for
+    if name == "STAGE":
+        from .stage import STAGE
+
+        return STAGE
+    raise AttributeError(f"module 'steps.minitorch' has no attribute {name!r}")

