@@ -83,12 +83,17 @@ def _named(config: dict) -> list[Asset]:
         for cell in cells(config, stage):
             yield cell, cell_config(config, stage, cell)["params"]
 
+    def dataset(stage, cell, key, source):
+        path, name = _hf_dataset(source or "")
+        if (source or "").startswith("hf:") and looks_like_repo_id(path) and not _is_local(path):
+            out.append(Asset("dataset", path, name, (), (_key(config, stage, cell, key),)))
+
     for stage in ("prepare_corpus", "prepare_mcq"):
         for cell, p in params(stage):
-            source = p.get("source") or ""
-            path, name = _hf_dataset(source)
-            if source.startswith("hf:") and looks_like_repo_id(path) and not _is_local(path):
-                out.append(Asset("dataset", path, name, (), (_key(config, stage, cell, "source"),)))
+            dataset(stage, cell, "source", p.get("source"))
+    for cell, p in params("minitorch"):  # the translation cell's parallel corpus
+        if p.get("kind") == "translate":
+            dataset("minitorch", cell, "translate", p["translate"]["source"])
 
     def model(stage, cell, key, value, parts):
         if value and not _is_local(value) and looks_like_repo_id(value):

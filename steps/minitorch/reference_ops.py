@@ -74,10 +74,9 @@ def tensor_reduce(fn):
         n = int(np.prod(out_shape))
         out_index = _all_indices(out_shape, n)  # index `dim` is 0: the first element of each row
         a_pos = _positions(out_index, a_strides, n)
-        acc = np.full(n, start, dtype=np.float64)
-        for j in range(a_shape[dim]):
-            acc = _apply(fn, acc, a[a_pos + j * a_strides[dim]])
-        out[_positions(out_index, out_strides, n)] = acc
+        rows = a[a_pos[:, None] + np.arange(a_shape[dim]) * a_strides[dim]]  # (n, size of dim): each row in order
+        folded = np.frompyfunc(fn, 2, 1).reduce(rows.astype(object), axis=1, initial=start)  # fn(fn(start, r0), r1)...
+        out[_positions(out_index, out_strides, n)] = folded.astype(np.float64)
 
     return _reduce
 
