@@ -1,0 +1,261 @@
+"""The `fast` backend: the four kernel primitives compiled by Numba for the CPU (miniTorch's FastOps).
+
+Same interface as `reference_ops.py` (read its docstring): `map(fn)`, `zip(fn)`, `reduce(fn)` return a
+kernel, `matmul` is one; every tensor arrives as (storage, shape, strides). Here each kernel is one
+`numba.njit(parallel=True)` function whose outer loop is a `prange` (split over the cores):
+
+- map / zip: a fast path when out and the inputs have the same shape and the same row-major strides
+  (out[i] = fn(a[i]), no index arithmetic); otherwise `prange` over chunks of CHUNK output elements.
+  Each chunk allocates its index buffer once, finds its first element's storage positions with the
+  `tensor_data.py` helpers, then walks its elements like an odometer: the positions move by strides
+  (a broadcast dimension has stride 0), no index buffer and no multiply in the inner loop.
+- reduce: `prange` over output elements; the inner loop walks the reduced dimension by adding its stride.
+- matmul: `prange` over (batch, block of BLOCK_I rows); per block the rows of a and panels of b
+  (BLOCK_K x BLOCK_J) are copied into contiguous buffers so the innermost loop (over j) is contiguous
+  and vectorised, and accumulates in a local (rows x N) tile written out once.
+
+`fn` is a plain scalar function of `scalar_ops.py`; it is compiled with `njit(inline="always")` and
+the kernel built around it is kept per fn (each op compiles once per process) and cached on disk by
+Numba (`cache=True`: a later process loads the machine code instead of compiling again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+
+import numpy as np
+from numba import njit, prange
+
+from . import tensor_data
+
+CHUNK = 2048  # output elements per prange iteration of map / zip / reduce
+BLOCK_I, BLOCK_K, BLOCK_J = 32, 64, 256  # matmul tile: rows of a, depth, columns of b
+
+# the index helpers of tensor_data.py, compiled; inlined into every kernel
+to_index = njit(inline="always")(tensor_data.to_index)
+index_to_position = njit(inline="always")(tensor_data.index_to_position)
+
+_KERNELS: dict = {}  # (primitive, fn) -> compiled kernel
+
+
+def _scalar(fn):
+    """fn compiled for use inside a kernel, and whether the kernel around it may be cached on disk.
+
+    Numba keys its disk cache on the kernel's closure (this compiled fn) pickled, and a compiled
+    function pickles with a random per-process id: naming it by fn's module, name and source makes
+    the key the same in every process. A fn with a closure (or no source) is not cached: two such
+    functions can share a name and source and still differ."""
+    compiled = njit(inline="always")(fn)
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return compiled, False
+    if fn.__closure__ is not None:
+        return compiled, False
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    try:
+        compiled._set_uuid(f"minitorch.fast_ops:{fn.__module__}.{fn.__qualname__}:{digest}")
+    except (AttributeError, AssertionError):  # Numba's private API moved: compile per process instead
+        return compiled, False
+    return compiled, True
+
+
+def _kernel(primitive, fn, make):
+    """The compiled kernel `make(fn)` for this (primitive, fn), built once per process."""
+    key = (primitive, fn)
+    if key not in _KERNELS:
+        scalar, cacheable = _scalar(fn)
+        _KERNELS[key] = njit(parallel=True, cache=cacheable)(make(scalar))
+    return _KERNELS[key]
+
+
+# ---- index arithmetic shared by the kernels (compiled, inlined) ----
+
+
+@njit(inline="always")
+def _size(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+@njit(inline="always")
+def _same_layout(out_shape, out_strides, shape, strides):
+    """out and the input are the same row-major layout: element i of one is element i of the other."""
+    if len(shape) != len(out_shape):
+        return False
+    step = 1
+    for k in range(len(out_shape) - 1, -1, -1):
+        if shape[k] != out_shape[k] or strides[k] != out_strides[k]:
+            return False
+        if out_shape[k] > 1 and out_strides[k] != step:
+            return False
+        step *= out_shape[k]
+    return True
+
+
+@njit(inline="always")
+def _broadcast_strides(out_shape, shape, strides, table, row):
+    """table[row] = the input's strides along out's dimensions; 0 where the input is broadcast (a
+    dimension it lacks, or of size 1), so one odometer over out's index moves every position."""
+    offset = len(out_shape) - len(shape)
+    for k in range(offset):
+        table[row, k] = 0
+    for k in range(len(shape)):
+        table[row, k + offset] = strides[k] * (shape[k] > 1)
+
+
+@njit(inline="always")
+def _start(first, out_shape, table, index, pos):
+    """index = the multi-index of output element `first`; pos[t] = its position in tensor t."""
+    to_index(first, out_shape, index)
+    for t in range(table.shape[0]):
+        pos[t] = index_to_position(index, table[t])
+
+
+@njit(inline="always")
+def _advance(index, shape, table, pos):
+    """Move index (and every tensor's position) to the next element in row-major order."""
+    k = len(shape) - 1
+    while k >= 0:
+        index[k] += 1
+        for t in range(table.shape[0]):
+            pos[t] += table[t, k]
+        if index[k] < shape[k] or k == 0:
+            return
+        index[k] = 0  # carry into dimension k - 1
+        for t in range(table.shape[0]):
+            pos[t] -= shape[k] * table[t, k]
+        k -= 1
+
+
+# ---- the four primitives ----
+
+
+def _map_kernel(fn):
+    def _map(out, out_shape, out_strides, a, a_shape, a_strides):
+        size = _size(out_shape)
+        if _same_layout(out_shape, out_strides, a_shape, a_strides):
+            for i in prange(size):
+                out[i] = fn(a[i])
+            return
+        table = np.empty((2, len(out_shape)), np.int64)  # strides of out, a along out's dimensions
+        _broadcast_strides(out_shape, out_shape, out_strides, table, 0)
+        _broadcast_strides(out_shape, a_shape, a_strides, table, 1)
+        for c in prange((size + CHUNK - 1) // CHUNK):
+            index = np.empty(len(out_shape), np.int64)
+            pos = np.empty(2, np.int64)
+            _start(c * CHUNK, out_shape, table, index, pos)
+            for _ in range(c * CHUNK, min(size, (c + 1) * CHUNK)):
+                out[pos[0]] = fn(a[pos[1]])
+                _advance(index, out_shape, table, pos)
+
+    return _map
+
+
+def _zip_kernel(fn):
+    def _zip(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
+        size = _size(out_shape)
+        if _same_layout(out_shape, out_strides, a_shape, a_strides) and _same_layout(
+            out_shape, out_strides, b_shape, b_strides
+        ):
+            for i in prange(size):
+                out[i] = fn(a[i], b[i])
+            return
+        table = np.empty((3, len(out_shape)), np.int64)  # strides of out, a, b along out's dimensions
+        _broadcast_strides(out_shape, out_shape, out_strides, table, 0)
+        _broadcast_strides(out_shape, a_shape, a_strides, table, 1)
+        _broadcast_strides(out_shape, b_shape, b_strides, table, 2)
+        for c in prange((size + CHUNK - 1) // CHUNK):
+            index = np.empty(len(out_shape), np.int64)
+            pos = np.empty(3, np.int64)
+            _start(c * CHUNK, out_shape, table, index, pos)
+            for _ in range(c * CHUNK, min(size, (c + 1) * CHUNK)):
+                out[pos[0]] = fn(a[pos[1]], b[pos[2]])
+                _advance(index, out_shape, table, pos)
+
+    return _zip
+
+
+def _reduce_kernel(fn):
+    def _reduce(out, out_shape, out_strides, a, a_shape, a_strides, dim, start):
+        size = _size(out_shape)
+        n, step = a_shape[dim], a_strides[dim]
+        table = np.empty((2, len(out_shape)), np.int64)  # out_shape[dim] == 1: a's index is out's
+        _broadcast_strides(out_shape, out_shape, out_strides, table, 0)
+        _broadcast_strides(out_shape, out_shape, a_strides, table, 1)
+        for c in prange((size + CHUNK - 1) // CHUNK):
+            index = np.empty(len(out_shape), np.int64)
+            pos = np.empty(2, np.int64)
+            _start(c * CHUNK, out_shape, table, index, pos)
+            for _ in range(c * CHUNK, min(size, (c + 1) * CHUNK)):
+                acc, p = start, pos[1]
+                for _j in range(n):  # along the reduced dimension: one add per element
+                    acc = fn(acc, a[p])
+                    p += step
+                out[pos[0]] = acc
+                _advance(index, out_shape, table, pos)
+
+    return _reduce
+
+
+def tensor_map(fn):
+    return _kernel("map", fn, _map_kernel)
+
+
+def tensor_zip(fn):
+    return _kernel("zip", fn, _zip_kernel)
+
+
+def tensor_reduce(fn):
+    kernel = _kernel("reduce", fn, _reduce_kernel)
+
+    def _reduce(out, out_shape, out_strides, a, a_shape, a_strides, dim, start):
+        # one compiled signature: dim an int64, start a float64, whatever Python type the caller passed
+        kernel(out, out_shape, out_strides, a, a_shape, a_strides, int(dim), float(start))
+
+    return _reduce
+
+
+@njit(parallel=True, cache=True)
+def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
+    batches, rows, cols, depth = out_shape[0], out_shape[1], out_shape[2], a_shape[2]
+    a_batch = a_strides[0] * (a_shape[0] > 1)  # a batch of 1 is shared by every output batch
+    b_batch = b_strides[0] * (b_shape[0] > 1)
+    row_blocks = (rows + BLOCK_I - 1) // BLOCK_I
+    for task in prange(batches * row_blocks):
+        batch, i0 = task // row_blocks, (task % row_blocks) * BLOCK_I
+        ni = min(BLOCK_I, rows - i0)
+        # a's rows i0 .. i0 + ni, contiguous: (ni, depth)
+        a_rows = np.empty((ni, depth))
+        for i in range(ni):
+            p = batch * a_batch + (i0 + i) * a_strides[1]
+            for k in range(depth):
+                a_rows[i, k] = a[p + k * a_strides[2]]
+        acc = np.zeros((ni, cols))  # out[batch, i0 .. i0 + ni, :]
+        panel = np.empty((BLOCK_K, BLOCK_J))  # b[batch, k0 .. k0 + nk, j0 .. j0 + nj], contiguous
+        for j0 in range(0, cols, BLOCK_J):
+            nj = min(BLOCK_J, cols - j0)
+            for k0 in range(0, depth, BLOCK_K):
+                nk = min(BLOCK_K, depth - k0)
+                for k in range(nk):
+                    p = batch * b_batch + (k0 + k) * b_strides[1] + j0 * b_strides[2]
+                    for j in range(nj):
+                        panel[k, j] = b[p + j * b_strides[2]]
+                for i in range(ni):
+                    for k in range(nk):
+                        aik = a_rows[i, k0 + k]
+                        for j in range(nj):  # contiguous in acc and panel: vectorised
+                            acc[i, j0 + j] += aik * panel[k, j]
+        for i in range(ni):
+            p = batch * out_strides[0] + (i0 + i) * out_strides[1]
+            for j in range(cols):
+                out[p + j * out_strides[2]] = acc[i, j]
+
+
+map = tensor_map
+zip = tensor_zip
+reduce = tensor_reduce
+matmul = tensor_matmul
