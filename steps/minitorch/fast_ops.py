@@ -32,9 +32,10 @@ from . import tensor_data
 CHUNK = 2048  # output elements per prange iteration of map / zip / reduce
 BLOCK_I, BLOCK_K, BLOCK_J = 32, 64, 256  # matmul tile: rows of a, depth, columns of b
 
-# the index helpers of tensor_data.py, compiled; inlined into every kernel
-to_index = njit(inline="always")(tensor_data.to_index)
-index_to_position = njit(inline="always")(tensor_data.index_to_position)
+# the index helpers of tensor_data.py, compiled. Numba's own inlining (inline="always") costs compile time
+# (~0.5 s a kernel): only the per-element step (_advance) and fn use it; LLVM inlines the rest or not.
+to_index = njit(tensor_data.to_index)
+index_to_position = njit(tensor_data.index_to_position)
 
 _KERNELS: dict = {}  # (primitive, fn) -> compiled kernel
 
@@ -70,10 +71,10 @@ def _kernel(primitive, fn, make):
     return _KERNELS[key]
 
 
-# ---- index arithmetic shared by the kernels (compiled, inlined) ----
+# ---- index arithmetic shared by the kernels ----
 
 
-@njit(inline="always")
+@njit
 def _size(shape):
     n = 1
     for s in shape:
@@ -81,7 +82,7 @@ def _size(shape):
     return n
 
 
-@njit(inline="always")
+@njit
 def _same_layout(out_shape, out_strides, shape, strides):
     """out and the input are the same row-major layout: element i of one is element i of the other."""
     if len(shape) != len(out_shape):
@@ -96,7 +97,7 @@ def _same_layout(out_shape, out_strides, shape, strides):
     return True
 
 
-@njit(inline="always")
+@njit
 def _broadcast_strides(out_shape, shape, strides, table, row):
     """table[row] = the input's strides along out's dimensions; 0 where the input is broadcast (a
     dimension it lacks, or of size 1), so one odometer over out's index moves every position."""
@@ -245,10 +246,16 @@ def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape
                     for j in range(nj):
                         panel[k, j] = b[p + j * b_strides[2]]
                 for i in range(ni):
-                    for k in range(nk):
-                        aik = a_rows[i, k0 + k]
-                        for j in range(nj):  # contiguous in acc and panel: vectorised
-                            acc[i, j0 + j] += aik * panel[k, j]
+                    row, a_row = acc[i, j0 : j0 + nj], a_rows[i, k0 : k0 + nk]  # 1-D views: the j loop vectorises
+                    for k in range(0, nk - nk % 4, 4):  # four rows of the panel per pass: one store per 4 products
+                        a0, a1, a2, a3 = a_row[k], a_row[k + 1], a_row[k + 2], a_row[k + 3]
+                        p0, p1, p2, p3 = panel[k], panel[k + 1], panel[k + 2], panel[k + 3]
+                        for j in range(nj):  # added in k order, as the reference does: the same rounding
+                            row[j] = row[j] + a0 * p0[j] + a1 * p1[j] + a2 * p2[j] + a3 * p3[j]
+                    for k in range(nk - nk % 4, nk):
+                        ak, pk = a_row[k], panel[k]
+                        for j in range(nj):
+                            row[j] += ak * pk[j]
         for i in range(ni):
             p = batch * out_strides[0] + (i0 + i) * out_strides[1]
             for j in range(cols):
