@@ -23,7 +23,7 @@ from steps.minitorch import backends, reference_ops, scalar_ops
 from steps.minitorch.tensor_data import TensorData
 
 BACKENDS = [name for name in backends.available() if name != "reference"]
-EXAMPLES = {"fast": 40, "cuda": 6}  # hypothesis examples per test: the simulator is slow
+EXAMPLES = {"fast": 40, "cuda": 10}  # hypothesis examples per test: the simulator is slow
 MAX_SIZE = {"fast": 6, "cuda": 4}  # largest dimension drawn
 TOLERANCE = 1e-12
 
@@ -147,6 +147,16 @@ def test_batched_matmul_equals_reference(backend):
     check()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reduce_longer_than_a_block(backend):
+    """A reduced dimension longer than cuda_ops' THREADS (4 under the simulator) and not a multiple of
+    it: every thread folds several elements before the tree."""
+    array = np.random.default_rng(2).standard_normal((3, 2 * MAX_SIZE[backend] + 3))
+    for fn, start in REDUCES:
+        want = run_reduce(reference_ops, fn, start, array, (1, 0), 1)
+        assert_close(run_reduce(backends.kernels(backend), fn, start, array, (1, 0), 1), want, fn.__name__)
+
+
 @pytest.mark.skipif("fast" not in BACKENDS, reason="numba does not import")
 def test_fast_kernels_across_chunks_and_blocks():
     """Shapes larger than fast_ops' CHUNK and matmul blocks, so chunk and block edges fall mid-row."""
@@ -155,7 +165,7 @@ def test_fast_kernels_across_chunks_and_blocks():
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((3, 41, 53)), rng.standard_normal((41, 1))  # 6519 > CHUNK elements
     for kernel_of, fn, ins in ((lambda m: m.map, scalar_ops.exp, [(x, (2, 0, 1))]),
-                               (lambda m: m.zip, scalar_ops.mul, [(x, (1, 2, 0)), (y, (1, 0))])):  # fmt: skip
+                               (lambda m: m.zip, scalar_ops.add, [(x, (1, 2, 0)), (y, (1, 0))])):  # fmt: skip
         want = run_elementwise(reference_ops, kernel_of, fn, x.shape, (0, 2, 1), ins)
         assert_close(run_elementwise(fast_ops, kernel_of, fn, x.shape, (0, 2, 1), ins), want, fn.__name__)
     for dim in range(3):
@@ -171,10 +181,10 @@ def test_fast_kernels_across_chunks_and_blocks():
 def test_gpu_kernels_under_simulator():
     """The cuda backend's tests above, in a process where NUMBA_ENABLE_CUDASIM=1 precedes numba."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    command = [sys.executable, "-m", "pytest", __file__, "-k", "cuda", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", __file__, "-k", "cuda", "-p", "no:cacheprovider", "-o", "addopts="]
     done = subprocess.run(command, cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "3 passed" in done.stdout, done.stdout[-2000:]
+    assert "4 passed" in done.stdout, done.stdout[-2000:]  # the four tests parametrized by backend
 
 
 def test_backends_names_and_errors():

@@ -29,7 +29,7 @@ from . import tensor_data
 from .tensor_data import MAX_DIMS
 
 SIMULATED = bool(numba.config.ENABLE_CUDASIM)
-THREADS = 8 if SIMULATED else 256  # threads per block: map / zip, and reduce's threads per output element
+THREADS = 4 if SIMULATED else 256  # threads per block: map / zip, and reduce's threads per output element
 TILE = 4 if SIMULATED else 32  # matmul tile (TILE x TILE threads per block)
 
 # the index helpers of tensor_data.py as device functions
