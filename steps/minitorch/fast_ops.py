@@ -54,7 +54,10 @@ def _scalar(fn):
         return compiled, False
     if fn.__closure__ is not None:
         return compiled, False
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    # Numba checks this file's timestamp, not those of the functions it calls: the helpers compiled
+    # into every kernel (tensor_data.py) join fn's source in the key, so editing them recompiles
+    helpers = "".join(inspect.getsource(f) for f in (tensor_data.to_index, tensor_data.index_to_position))
+    digest = hashlib.sha256((source + helpers).encode()).hexdigest()[:16]
     try:
         compiled._set_uuid(f"minitorch.fast_ops:{fn.__module__}.{fn.__qualname__}:{digest}")
     except (AttributeError, AssertionError):  # Numba's private API moved: compile per process instead
