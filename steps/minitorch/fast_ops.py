@@ -87,14 +87,15 @@ def _size(shape):
 
 @njit
 def _same_layout(out_shape, out_strides, shape, strides):
-    """out and the input are the same row-major layout: element i of one is element i of the other."""
+    """out and the input are the same row-major layout: element i of one is element i of the other.
+    (A dimension of size 1 is always read at index 0: its stride does not matter.)"""
     if len(shape) != len(out_shape):
         return False
     step = 1
     for k in range(len(out_shape) - 1, -1, -1):
-        if shape[k] != out_shape[k] or strides[k] != out_strides[k]:
+        if shape[k] != out_shape[k]:
             return False
-        if out_shape[k] > 1 and out_strides[k] != step:
+        if out_shape[k] > 1 and (strides[k] != step or out_strides[k] != step):
             return False
         step *= out_shape[k]
     return True
