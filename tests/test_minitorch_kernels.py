@@ -23,6 +23,8 @@ from steps.minitorch import backends, reference_ops, scalar_ops
 from steps.minitorch.tensor_data import TensorData
 
 BACKENDS = [name for name in backends.available() if name != "reference"]
+# fast is tested twice: its parallel builds (PARALLEL_MIN = 0: every call parallel) and its serial ones
+VARIANTS = [v for name in BACKENDS for v in ([name, f"{name}-serial"] if name == "fast" else [name])]
 EXAMPLES = {"fast": 40, "cuda": 10}  # hypothesis examples per test: the simulator is slow
 MAX_SIZE = {"fast": 6, "cuda": 4}  # largest dimension drawn
 TOLERANCE = 1e-12
@@ -32,6 +34,19 @@ TOLERANCE = 1e-12
 MAPS = [scalar_ops.neg, scalar_ops.exp, scalar_ops.sigmoid]
 ZIPS = [scalar_ops.add, scalar_ops.div, scalar_ops.lt]
 REDUCES = [(scalar_ops.add, 0.0), (scalar_ops.max_, -np.inf), (scalar_ops.add, 2.5)]
+
+
+def base(variant: str) -> str:
+    return variant.removesuffix("-serial")
+
+
+def kernels_for(variant: str, monkeypatch):
+    """The kernel module of a variant (fast's builds chosen through PARALLEL_MIN)."""
+    name = base(variant)
+    module = backends.kernels(name)
+    if name == "fast":
+        monkeypatch.setattr(module, "PARALLEL_MIN", sys.maxsize if variant.endswith("-serial") else 0)
+    return module
 
 
 def stored(array: np.ndarray, order) -> TensorData:
@@ -75,12 +90,16 @@ def assert_close(got, want, what):
     np.testing.assert_allclose(got, want, rtol=TOLERANCE, atol=TOLERANCE, err_msg=what)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_map_and_zip_equal_reference(backend):
-    module = backends.kernels(backend)
+@pytest.mark.parametrize("backend", VARIANTS)
+def test_map_and_zip_equal_reference(backend, monkeypatch):
+    module = kernels_for(backend, monkeypatch)
 
-    @settings(max_examples=EXAMPLES[backend], deadline=None, derandomize=True, database=None)
-    @given(case=broadcast_cases(2, MAX_SIZE[backend]), map_fn=st.sampled_from(MAPS), zip_fn=st.sampled_from(ZIPS))
+    @settings(max_examples=EXAMPLES[base(backend)], deadline=None, derandomize=True, database=None)
+    @given(
+        case=broadcast_cases(2, MAX_SIZE[base(backend)]),
+        map_fn=st.sampled_from(MAPS),
+        zip_fn=st.sampled_from(ZIPS),
+    )
     def check(case, map_fn, zip_fn):
         shape, order, ins = case
         for kernel_of, fn, args in ((lambda m: m.map, map_fn, ins[:1]), (lambda m: m.zip, zip_fn, ins)):
@@ -98,12 +117,12 @@ def run_reduce(module, fn, start, array, order, dim):
     return out.to_numpy()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_reduce_over_every_dim_equals_reference(backend):
-    module = backends.kernels(backend)
+@pytest.mark.parametrize("backend", VARIANTS)
+def test_reduce_over_every_dim_equals_reference(backend, monkeypatch):
+    module = kernels_for(backend, monkeypatch)
 
-    @settings(max_examples=EXAMPLES[backend], deadline=None, derandomize=True, database=None)
-    @given(case=broadcast_cases(1, MAX_SIZE[backend] + 3), reduce=st.sampled_from(REDUCES))
+    @settings(max_examples=EXAMPLES[base(backend)], deadline=None, derandomize=True, database=None)
+    @given(case=broadcast_cases(1, MAX_SIZE[base(backend)] + 3), reduce=st.sampled_from(REDUCES))
     def check(case, reduce):
         shape, order, _ = case
         array = np.random.default_rng(len(shape)).standard_normal(shape)
@@ -133,12 +152,12 @@ def matmul_cases(draw, max_size):
     return a, draw(orders), b, draw(orders), draw(orders)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_batched_matmul_equals_reference(backend):
-    module = backends.kernels(backend)
+@pytest.mark.parametrize("backend", VARIANTS)
+def test_batched_matmul_equals_reference(backend, monkeypatch):
+    module = kernels_for(backend, monkeypatch)
 
-    @settings(max_examples=EXAMPLES[backend], deadline=None, derandomize=True, database=None)
-    @given(case=matmul_cases(2 * MAX_SIZE[backend] + 1))
+    @settings(max_examples=EXAMPLES[base(backend)], deadline=None, derandomize=True, database=None)
+    @given(case=matmul_cases(2 * MAX_SIZE[base(backend)] + 1))
     def check(case):
         want = run_matmul(reference_ops, *case)
         assert_close(run_matmul(module, *case), want, f"{backend} matmul {case[0].shape} @ {case[2].shape}")
@@ -147,20 +166,21 @@ def test_batched_matmul_equals_reference(backend):
     check()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_reduce_longer_than_a_block(backend):
+@pytest.mark.parametrize("backend", VARIANTS)
+def test_reduce_longer_than_a_block(backend, monkeypatch):
     """A reduced dimension longer than cuda_ops' THREADS (4 under the simulator) and not a multiple of
     it: every thread folds several elements before the tree."""
-    array = np.random.default_rng(2).standard_normal((3, 2 * MAX_SIZE[backend] + 3))
+    array = np.random.default_rng(2).standard_normal((3, 2 * MAX_SIZE[base(backend)] + 3))
     for fn, start in REDUCES:
         want = run_reduce(reference_ops, fn, start, array, (1, 0), 1)
-        assert_close(run_reduce(backends.kernels(backend), fn, start, array, (1, 0), 1), want, fn.__name__)
+        assert_close(run_reduce(kernels_for(backend, monkeypatch), fn, start, array, (1, 0), 1), want, fn.__name__)
 
 
 @pytest.mark.skipif("fast" not in BACKENDS, reason="numba does not import")
-def test_fast_kernels_across_chunks_and_blocks():
+@pytest.mark.parametrize("variant", ["fast", "fast-serial"])
+def test_fast_kernels_across_chunks_and_blocks(variant, monkeypatch):
     """Shapes larger than fast_ops' CHUNK and matmul blocks, so chunk and block edges fall mid-row."""
-    from steps.minitorch import fast_ops
+    fast_ops = kernels_for(variant, monkeypatch)
 
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((3, 41, 53)), rng.standard_normal((41, 1))  # 6519 > CHUNK elements

@@ -2,7 +2,8 @@
 
 Same interface as `reference_ops.py` (read its docstring): `map(fn)`, `zip(fn)`, `reduce(fn)` return a
 kernel, `matmul` is one; every tensor arrives as (storage, shape, strides). Here each kernel is one
-`numba.njit(parallel=True)` function whose outer loop is a `prange` (split over the cores):
+`numba.njit(parallel=True)` function whose outer loop is a `prange` (split over the cores), also built
+serial (prange runs as range) for work under PARALLEL_MIN, where waking the threads costs more than it saves:
 
 - map / zip: a fast path when out and the inputs have the same shape and the same row-major strides
   (out[i] = fn(a[i]), no index arithmetic); otherwise `prange` over chunks of CHUNK output elements.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import types
 
 import numpy as np
 from numba import njit, prange
@@ -30,6 +32,11 @@ from numba import njit, prange
 from . import tensor_data
 
 CHUNK = 2048  # output elements per prange iteration of map / zip / reduce
+# Work (elements of out, of a for reduce; multiply-adds for matmul) below which a kernel runs its serial
+# build on the calling thread: a parallel launch wakes the worker threads and waits for them, ~10-20 us on
+# an idle machine and milliseconds when the cores are shared (measured: a zip over 8192 elements took 2 ms
+# median in parallel, 2 us serial, on this lab's loaded 2-core machine). A GPT step is mostly small ops.
+PARALLEL_MIN = 1 << 16
 BLOCK_I, BLOCK_K, BLOCK_J = 32, 64, 256  # matmul tile: rows of a, depth, columns of b
 
 # the index helpers of tensor_data.py, compiled. Numba's own inlining (inline="always") costs compile time
@@ -65,12 +72,25 @@ def _scalar(fn):
     return compiled, True
 
 
+def _builds(body, cache):
+    """(serial, parallel): `body` compiled twice, with njit and njit(parallel=True) (prange runs as range
+    in the serial one). Numba's disk cache names entries by the function's qualified name and signature,
+    not by `parallel`: each build compiles a copy of `body` under its own name."""
+    builds = []
+    for suffix, parallel in (("_serial", False), ("_parallel", True)):
+        copy = types.FunctionType(body.__code__, body.__globals__, body.__name__ + suffix, None, body.__closure__)
+        copy.__qualname__ = body.__qualname__ + suffix
+        builds.append(njit(parallel=parallel, cache=cache)(copy))
+    return tuple(builds)
+
+
 def _kernel(primitive, fn, make):
-    """The compiled kernel `make(fn)` for this (primitive, fn), built once per process."""
+    """(serial, parallel) builds of the kernel `make(fn)` for this (primitive, fn), made once per process
+    (each build compiles on its first call, or loads from Numba's disk cache)."""
     key = (primitive, fn)
     if key not in _KERNELS:
         scalar, cacheable = _scalar(fn)
-        _KERNELS[key] = njit(parallel=True, cache=cacheable)(make(scalar))
+        _KERNELS[key] = _builds(make(scalar), cacheable)
     return _KERNELS[key]
 
 
@@ -207,25 +227,36 @@ def _reduce_kernel(fn):
 
 
 def tensor_map(fn):
-    return _kernel("map", fn, _map_kernel)
+    serial, parallel = _kernel("map", fn, _map_kernel)
+
+    def _map(out, out_shape, out_strides, a, a_shape, a_strides):
+        (parallel if len(out) >= PARALLEL_MIN else serial)(out, out_shape, out_strides, a, a_shape, a_strides)
+
+    return _map
 
 
 def tensor_zip(fn):
-    return _kernel("zip", fn, _zip_kernel)
+    serial, parallel = _kernel("zip", fn, _zip_kernel)
+
+    def _zip(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
+        kernel = parallel if len(out) >= PARALLEL_MIN else serial
+        kernel(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides)
+
+    return _zip
 
 
 def tensor_reduce(fn):
-    kernel = _kernel("reduce", fn, _reduce_kernel)
+    serial, parallel = _kernel("reduce", fn, _reduce_kernel)
 
     def _reduce(out, out_shape, out_strides, a, a_shape, a_strides, dim, start):
+        kernel = parallel if len(a) >= PARALLEL_MIN else serial
         # one compiled signature: dim an int64, start a float64, whatever Python type the caller passed
         kernel(out, out_shape, out_strides, a, a_shape, a_strides, int(dim), float(start))
 
     return _reduce
 
 
-@njit(parallel=True, cache=True)
-def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
+def _matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
     batches, rows, cols, depth = out_shape[0], out_shape[1], out_shape[2], a_shape[2]
     a_batch = a_strides[0] * (a_shape[0] > 1)  # a batch of 1 is shared by every output batch
     b_batch = b_strides[0] * (b_shape[0] > 1)
@@ -264,6 +295,14 @@ def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape
             p = batch * out_strides[0] + (i0 + i) * out_strides[1]
             for j in range(cols):
                 out[p + j * out_strides[2]] = acc[i, j]
+
+
+_matmul_serial, _matmul_parallel = _builds(_matmul, cache=True)
+
+
+def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
+    kernel = _matmul_parallel if len(out) * a_shape[2] >= PARALLEL_MIN else _matmul_serial
+    kernel(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides)
 
 
 map = tensor_map
