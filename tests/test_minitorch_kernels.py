@@ -23,7 +23,7 @@ from steps.minitorch import backends, reference_ops, scalar_ops
 from steps.minitorch.tensor_data import TensorData
 
 BACKENDS = [name for name in backends.available() if name != "reference"]
-# fast is tested twice: its parallel builds (PARALLEL_MIN = 0: every call parallel) and its serial ones
+# fast is tested twice: its parallel builds (PARALLEL_MIN* = 0: every call parallel) and its serial ones
 VARIANTS = [v for name in BACKENDS for v in ([name, f"{name}-serial"] if name == "fast" else [name])]
 EXAMPLES = {"fast": 40, "cuda": 10}  # hypothesis examples per test: the simulator is slow
 MAX_SIZE = {"fast": 6, "cuda": 4}  # largest dimension drawn
@@ -41,11 +41,12 @@ def base(variant: str) -> str:
 
 
 def kernels_for(variant: str, monkeypatch):
-    """The kernel module of a variant (fast's builds chosen through PARALLEL_MIN)."""
+    """The kernel module of a variant (fast's builds chosen through its PARALLEL_MIN thresholds)."""
     name = base(variant)
     module = backends.kernels(name)
     if name == "fast":
-        monkeypatch.setattr(module, "PARALLEL_MIN", sys.maxsize if variant.endswith("-serial") else 0)
+        for threshold in ("PARALLEL_MIN", "PARALLEL_MIN_MACS"):
+            monkeypatch.setattr(module, threshold, sys.maxsize if variant.endswith("-serial") else 0)
     return module
 
 

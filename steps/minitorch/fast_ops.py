@@ -3,7 +3,7 @@
 Same interface as `reference_ops.py` (read its docstring): `map(fn)`, `zip(fn)`, `reduce(fn)` return a
 kernel, `matmul` is one; every tensor arrives as (storage, shape, strides). Here each kernel is one
 `numba.njit(parallel=True)` function whose outer loop is a `prange` (split over the cores), also built
-serial (prange runs as range) for work under PARALLEL_MIN, where waking the threads costs more than it saves:
+serial (prange runs as range) for work under PARALLEL_MIN(_MACS), where waking threads costs more than it saves:
 
 - map / zip: a fast path when out and the inputs have the same shape and the same row-major strides
   (out[i] = fn(a[i]), no index arithmetic); otherwise `prange` over chunks of CHUNK output elements.
@@ -32,11 +32,13 @@ from numba import njit, prange
 from . import tensor_data
 
 CHUNK = 2048  # output elements per prange iteration of map / zip / reduce
-# Work (elements of out, of a for reduce; multiply-adds for matmul) below which a kernel runs its serial
-# build on the calling thread: a parallel launch wakes the worker threads and waits for them, ~10-20 us on
-# an idle machine and milliseconds when the cores are shared (measured: a zip over 8192 elements took 2 ms
-# median in parallel, 2 us serial, on this lab's loaded 2-core machine). A GPT step is mostly small ops.
-PARALLEL_MIN = 1 << 16
+# Below these sizes a kernel runs its serial build on the calling thread. A parallel launch wakes the worker
+# threads and waits for them: ~10-20 us on idle cores, milliseconds on this lab's shared 2-core machine
+# (measured there under load ~10: a miniTorch GPT step (default stage shape) took 1.0 s with the parallel
+# builds from 65536 elements / multiply-adds up, 0.15 s all serial). So only work of a millisecond or more
+# serially goes parallel.
+PARALLEL_MIN = 1 << 20  # elements of out (map, zip) or of a (reduce)
+PARALLEL_MIN_MACS = 1 << 24  # multiply-adds of a matmul
 BLOCK_I, BLOCK_K, BLOCK_J = 32, 64, 256  # matmul tile: rows of a, depth, columns of b
 
 # the index helpers of tensor_data.py, compiled. Numba's own inlining (inline="always") costs compile time
@@ -301,7 +303,7 @@ _matmul_serial, _matmul_parallel = _builds(_matmul, cache=True)
 
 
 def tensor_matmul(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides):
-    kernel = _matmul_parallel if len(out) * a_shape[2] >= PARALLEL_MIN else _matmul_serial
+    kernel = _matmul_parallel if len(out) * a_shape[2] >= PARALLEL_MIN_MACS else _matmul_serial
     kernel(out, out_shape, out_strides, a, a_shape, a_strides, b, b_shape, b_strides)
 
 
