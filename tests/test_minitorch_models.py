@@ -20,10 +20,14 @@ def _torch_gpt(seed=0, **kw):
     return GPTLMHeadModel(GPTConfig(**{**cfg, **kw})).double()
 
 
+CPU_BACKENDS = [b for b in mt.BACKENDS if b != "cuda"]  # cuda: tests/test_minitorch_kernels.py, simulated
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("activation", ["gelu_new", "gelu"])
-def test_gpt_logits_loss_and_every_gradient_match_torch(activation):
+def test_gpt_logits_loss_and_every_gradient_match_torch(activation, backend):
     model = _torch_gpt(activation=activation)
-    ours = DecoderLM.from_torch(model)
+    ours = DecoderLM.from_torch(model, backend)
     idx = np.random.default_rng(0).integers(0, 37, (3, 8))
     errors = gpt_parity(model, ours, idx)
     assert max(errors.values()) <= TOL, errors

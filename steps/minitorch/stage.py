@@ -45,23 +45,6 @@ def _backend(ctx: StageRun) -> str:
 
 
 # ---- ops ---------------------------------------------------------------------------------------
-def matmul_gflops(backend: str, n: int, repeats: int = 3) -> float:
-    """GFLOP/s of the backend's matmul kernel on n×n×n (fp64), best of `repeats` after one warm-up."""
-    from steps.minitorch.tensor_data import TensorData
-    from steps.minitorch.tensor_ops import get_backend
-
-    rng = np.random.default_rng(0)
-    a, b = (TensorData.from_numpy(rng.standard_normal((n, n))) for _ in range(2))
-    be = get_backend(backend)
-    be.matmul(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        be.matmul(a, b)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best / 1e9
-
-
 def run_ops(ctx: StageRun, backend: str) -> dict:
     from steps.hardware import matmul_peak_flops
     from steps.minitorch.parity import op_parity
@@ -75,7 +58,7 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
         bad = {k: v for k, v in errors.items() if v > ctx.params["op_tol"]}
         raise RuntimeError(f"ops beyond {ctx.params['op_tol']:g} on {backend}: {bad}")
     n = ctx.params["matmul_size"]
-    gflops = matmul_gflops(backend, n)
+    gflops = backends.matmul_gflops(backend, n, repeats=3)
     peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
     return {
         "op_parity_err_max": worst,

@@ -29,8 +29,10 @@ def load_pairs(source: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]
         return split["train"], split["test"]
     path = Path(source)
     if not path.is_file():
-        raise InputError(f"minitorch.translate.source: {source} is neither hf:<dataset> nor a file; "
-                         "fix: point it at a TSV of 'german<TAB>english' lines or use hf:IWSLT/iwslt2017:iwslt2017-de-en")
+        raise InputError(
+            f"minitorch.translate.source: {source} is neither hf:<dataset> nor a file; "
+            "fix: point it at a TSV of 'german<TAB>english' lines or use hf:IWSLT/iwslt2017:iwslt2017-de-en"
+        )
     pairs = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
@@ -47,8 +49,12 @@ def train_bpe(pairs, vocab_size: int):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator((text for pair in pairs for text in pair), trainer)
     from tokenizers import decoders
 
@@ -100,8 +106,14 @@ def run_translate(ctx: StageRun, backend: str) -> dict:
     tok = train_bpe(train, t["vocab_size"])
     idx, targets = encode_pairs(tok, train, t["block_size"])
     torch.manual_seed(ctx.seed)  # GPT-2's initialisation, taken from our torch GPT
-    cfg = GPTConfig(vocab_size=tok.get_vocab_size(), block_size=t["block_size"], n_layer=t["n_layer"],
-                    n_head=t["n_head"], n_embd=t["n_embd"], dropout=0.0)
+    cfg = GPTConfig(
+        vocab_size=tok.get_vocab_size(),
+        block_size=t["block_size"],
+        n_layer=t["n_layer"],
+        n_head=t["n_head"],
+        n_embd=t["n_embd"],
+        dropout=0.0,
+    )
     model = DecoderLM.from_torch(GPTLMHeadModel(cfg).double(), backend)
     opt = mt.AdamW(model.parameters(), lr=t["lr"], weight_decay=0.0)
     rng = np.random.default_rng(ctx.seed)
@@ -112,9 +124,18 @@ def run_translate(ctx: StageRun, backend: str) -> dict:
         loss.backward()
         opt.step()
         ctx.log_metrics({"train_loss": loss.item()}, step=step)
-    hyps = [greedy(model, tok, de, t["block_size"], t["max_new_tokens"]) for de, _ in ctx.progress(test, desc="translate")]
+    hyps = [
+        greedy(model, tok, de, t["block_size"], t["max_new_tokens"]) for de, _ in ctx.progress(test, desc="translate")
+    ]
     refs = [en for _, en in test]
-    ctx.log_table(pd.DataFrame({"german": [de for de, _ in test], "reference": refs, "translation": hyps}), "translations")
+    ctx.log_table(
+        pd.DataFrame({"german": [de for de, _ in test], "reference": refs, "translation": hyps}), "translations"
+    )
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
-    return {"bleu": bleu.score, "train_loss_last": loss.item(), "train_pairs": len(train), "test_pairs": len(test),
-            "vocab_size": tok.get_vocab_size()}
+    return {
+        "bleu": bleu.score,
+        "train_loss_last": loss.item(),
+        "train_pairs": len(train),
+        "test_pairs": len(test),
+        "vocab_size": tok.get_vocab_size(),
+    }
