@@ -45,13 +45,30 @@ def _backend(ctx: StageRun) -> str:
 
 
 # ---- ops ---------------------------------------------------------------------------------------
+def matmul_vs_torch(backend: str, n: int, pairs: int):
+    """The backend's n×n×n matmul kernel against torch's (fp64, same threads), interleaved."""
+    import torch
+
+    from steps.minitorch.tensor_data import TensorData
+    from steps.paired import compare
+
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((1, n, n)) for _ in range(2))
+    ta, tb = torch.from_numpy(a[0]), torch.from_numpy(b[0])
+    a, b, out = TensorData.from_numpy(a), TensorData.from_numpy(b), TensorData.from_numpy(np.zeros((1, n, n)))
+    kernel = backends.kernels(backend).matmul
+    return compare(lambda: kernel(*out.tuple(), *a.tuple(), *b.tuple()), lambda: ta @ tb, pairs=pairs, warmup=1)
+
+
 def run_ops(ctx: StageRun, backend: str) -> dict:
+    import pandas as pd
+    import torch
+
     from steps.hardware import matmul_peak_flops
     from steps.minitorch.parity import op_parity
 
+    torch.set_num_threads(max(ctx.threads, 1))
     errors = op_parity(backend, ctx.seed)
-    import pandas as pd
-
     ctx.log_table(pd.DataFrame({"op": list(errors), "max_abs_err": list(errors.values())}), "op_parity")
     worst = max(errors.values())
     if worst > ctx.params["op_tol"]:
@@ -60,12 +77,15 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
     n = ctx.params["matmul_size"]
     gflops = backends.matmul_gflops(backend, n, repeats=3)
     peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
+    vs_torch = matmul_vs_torch(backend, n, ctx.params["matmul_pairs"])
+    ctx.set_tag("matmul_vs_torch", str(vs_torch))
     return {
         "op_parity_err_max": worst,
         "ops_checked": len(errors),
         "matmul_gflops": gflops,
         "gemm_peak_gflops": peak,
         "matmul_of_peak": gflops / peak,
+        **vs_torch.as_metrics("matmul_vs_torch"),
     }
 
 
@@ -288,7 +308,7 @@ def run(ctx: StageRun) -> dict:
 
 # the columns each kind of cell fills (the rest stay empty in its row)
 KIND_COLUMNS = {
-    "ops": ["op parity (max err)", "matmul GFLOP/s", "of fp64 GEMM peak"],
+    "ops": ["op parity (max err)", "matmul GFLOP/s", "of fp64 GEMM peak", "matmul × torch"],
     "gpt": [
         "GPT logits err",
         "GPT grad err",
@@ -321,6 +341,7 @@ STAGE = Stage(
         "op parity (max err)": "metrics.op_parity_err_max",
         "matmul GFLOP/s": "metrics.matmul_gflops",
         "of fp64 GEMM peak": "metrics.matmul_of_peak",
+        "matmul × torch": "metrics.matmul_vs_torch",
         "GPT logits err": "metrics.gpt_logits_err",
         "GPT grad err": "metrics.gpt_grad_err",
         "loss trajectory err": "metrics.loss_trajectory_err",
