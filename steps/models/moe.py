@@ -62,9 +62,20 @@ class Experts(nn.Module):
         self.c_fc = nn.Parameter(torch.empty(E, H, C))  # up, like nn.Linear (out, in) per expert
         self.c_fc2 = nn.Parameter(torch.empty(E, H, C)) if swiglu else None  # gate
         self.c_proj = nn.Parameter(torch.empty(E, C, H))  # down
+        self.activation = "silu" if swiglu else activation
         self.act = F.silu if swiglu else ACTIVATIONS[activation]
         for p in self.parameters():
             nn.init.normal_(p, 0.0, 0.02)
+
+    @torch.no_grad()
+    def select(self, experts: slice) -> "Experts":
+        """A copy holding only experts[experts] (expert parallelism's local shard)."""
+        E, H, C = self.c_fc.shape
+        out = Experts(len(range(E)[experts]), C, H, self.c_fc2 is not None, self.activation)
+        out = out.to(self.c_fc.dtype).to(self.c_fc.device)
+        for name, p in out.named_parameters():
+            p.copy_(getattr(self, name)[experts])
+        return out
 
     @property
     def n_experts(self) -> int:
@@ -72,12 +83,17 @@ class Experts(nn.Module):
 
     def forward(self, x, counts: list[int]):
         """x: (M, C), rows of expert 0 first, then expert 1, ...; counts[e] rows each -> (M, C)."""
-        out = []
-        for e, rows in enumerate(x.split(counts)):  # rows: (counts[e], C)
-            h = rows @ self.c_fc[e].T  # (m, H)
-            h = self.act(rows @ self.c_fc2[e].T) * h if self.c_fc2 is not None else self.act(h)
-            out.append(h @ self.c_proj[e].T)  # (m, C)
-        return torch.cat(out) if out else x.new_zeros(0, x.shape[1])
+        return grouped_mlp(x, counts, self.c_fc, self.c_fc2, self.c_proj, self.act)
+
+
+def grouped_mlp(x, counts: list[int], c_fc, c_fc2, c_proj, act):
+    """Expert e's MLP on its counts[e] rows of x (M, C), for the experts whose (E, ...) weights are given."""
+    out = []
+    for e, rows in enumerate(x.split(counts)):  # rows: (counts[e], C)
+        h = rows @ c_fc[e].T  # (m, H)
+        h = act(rows @ c_fc2[e].T) * h if c_fc2 is not None else act(h)
+        out.append(h @ c_proj[e].T)  # (m, C)
+    return torch.cat(out) if out else x.new_zeros(0, x.shape[1])
 
 
 def route(probs, top_k: int, renormalise: bool = True):
@@ -97,7 +113,10 @@ class MoE(nn.Module):
     """Router + experts; a drop-in for the block's MLP: (B, T, C) -> (B, T, C).
 
     After each forward: `stats` = (selections per expert (E,), summed router probabilities (E,), N)
-    for the load-balancing loss, and `dropped` = assignments over capacity (0 without one)."""
+    for the load-balancing loss, and `dropped` = assignments over capacity (0 without one).
+    Expert parallelism (steps/parallel/{scratch,native}/ep.py) overrides two methods: run_experts
+    (the grouped rows go to their experts' ranks and come back) and pool_stats (the load-balancing
+    statistics summed over the ranks, so every rank's aux loss is the global batch's)."""
 
     def __init__(self, config):
         super().__init__()
@@ -118,7 +137,9 @@ class MoE(nn.Module):
         logits = self.gate(x)  # (N, E)
         probs = F.softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float(), dim=-1)
         weights, top_i = route(probs, k, self.renormalise)  # (N, k), (N, k)
-        self.stats = (torch.bincount(top_i.reshape(-1), minlength=E).to(probs.dtype), probs.sum(0), x.shape[0])
+        self.stats = self.pool_stats(
+            torch.bincount(top_i.reshape(-1), minlength=E).to(probs.dtype), probs.sum(0), len(x)
+        )
         choice = top_i.reshape(-1)  # (N·k,) expert of each assignment, token-major
         if self.capacity_factor is not None:
             keep = capacity_keep(top_i, E, math.ceil(self.capacity_factor * x.shape[0] * k / E)).reshape(-1)
@@ -128,10 +149,18 @@ class MoE(nn.Module):
         counts = torch.bincount(choice, minlength=E + 1)[:E].tolist()  # rows per expert (dropped excluded)
         order = order[: sum(counts)]  # (M,)
         token = order // k  # (M,) the token of each kept assignment
-        y = self.experts(x[token], counts)  # (M, C)
+        y = self.run_experts(x[token], counts)  # (M, C)
         y = y * weights.reshape(-1)[order, None].to(y.dtype)  # (M, C) gate-weighted
         out = torch.zeros_like(x).index_add(0, token, y)  # (N, C) sum over each token's experts
         return self.dropout(out.view(B, T, C))
+
+    def run_experts(self, rows, counts: list[int]):
+        """(M, C) rows grouped by expert, counts[e] each -> (M, C) expert outputs, same order."""
+        return self.experts(rows, counts)
+
+    def pool_stats(self, counts, prob_sum, n_tokens: int) -> tuple:
+        """(selections (E,), router probability sums (E,), tokens) of this forward's batch."""
+        return counts, prob_sum, n_tokens
 
 
 def load_balancing_loss(stats: list) -> torch.Tensor:

@@ -101,8 +101,10 @@ def gpt_local_params(plan: Plan, shapes: dict[str, int], stage_params: float | N
     """`shapes`: parameter name -> numel of the single-device model (tied weights once)."""
     if plan.strategy == "pp":
         return stage_params if stage_params is not None else sum(shapes.values()) / plan.axis("pp")
-    t = plan.axis("tp")
-    local = sum(n / t if gpt_tp_split(k) == "shard" else n for k, n in shapes.items())
+    t, e = plan.axis("tp"), plan.axis("ep")
+    local = sum(
+        n / t if gpt_tp_split(k) == "shard" else n / e if ".mlp.experts." in k else n for k, n in shapes.items()
+    )
     return local / plan.axis("fsdp")
 
 
@@ -130,7 +132,23 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     s = plan.axis("pp")
     if s > 1:
         total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
+    if plan.axis("ep") > 1:
+        total += ep_comm(plan, shapes, rows)
     return total
+
+
+def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
+    """Expert parallelism (steps/parallel/ep.py), per step: the dense gradients' all-reduce (DP's 2Ψ
+    on the non-expert parameters); per MoE layer four all-to-alls of the rank's rows·T·k assignments
+    of C numbers (dispatch and combine, forward and backward), one of the E row counts (int64), and
+    the load-balancing statistics' all-reduce of 2E numbers forward and backward. All-to-alls in
+    the balanced-routing convention of comm.all_to_all_single (exact as a mean over the ranks)."""
+    g, b, n = plan.gpt, plan.bytes_per_elem, plan.axis("ep")
+    E, k = g["moe"]["experts"], g["moe"].get("top_k", 2)
+    dense = sum(v for name, v in shapes.items() if ".mlp.experts." not in name)
+    per_layer = 4 * ring_bytes("all_to_all", rows * g["block_size"] * k * g["n_embd"] * b, n)
+    per_layer += ring_bytes("all_to_all", E * 8, n) + 2 * ring_all_reduce(2 * E * b, n)
+    return ring_all_reduce(dense * b, n) + g["n_layer"] * per_layer
 
 
 def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = None) -> dict:

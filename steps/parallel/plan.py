@@ -23,6 +23,7 @@ STRATEGY_AXES = {
     "pp": ("pp",),
     "dp_tp": ("dp", "tp"),
     "fsdp_tp": ("fsdp", "tp"),
+    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (steps/parallel/ep.py)
 }
 PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp"}
 BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
@@ -94,8 +95,8 @@ class Plan:
 
     @property
     def data_axis(self) -> str | None:
-        """The axis the batch is split on (dp or fsdp), if any."""
-        return next((a for a in ("dp", "fsdp") if a in self.mesh), None)
+        """The axis the batch is split on (dp, fsdp or ep), if any."""
+        return next((a for a in ("dp", "fsdp", "ep") if a in self.mesh), None)
 
     @property
     def pretty(self) -> str:
@@ -138,10 +139,25 @@ class Plan:
             raise PlanError(f"sharding.mlp.hidden {self.mlp['hidden']} must divide by tp={tp}")
         if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
             raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
+        if "ep" in self.mesh:
+            self._check_ep()
         if self.optimizer not in ("adam", "sgd"):
             raise PlanError(f"sharding.optimizer {self.optimizer!r}: use adam or sgd")
         if self.dtype not in ("float32", "float64"):
             raise PlanError(f"sharding.dtype {self.dtype!r}: use float32 or float64")
+
+    def _check_ep(self) -> None:
+        moe = self.gpt.get("moe")
+        if self.model != "gpt" or not moe:
+            raise PlanError("sharding: strategy ep needs model: gpt with gpt.moe: {experts: E, top_k: k}")
+        experts, ep = moe.get("experts", 8), self.axis("ep")
+        if experts % ep:
+            raise PlanError(f"sharding.gpt.moe.experts {experts} must divide by ep={ep} (each rank holds E/ep)")
+        if moe.get("capacity_factor") is not None:
+            raise PlanError(
+                "sharding: ep with gpt.moe.capacity_factor would drop by each rank's share of the batch, "
+                "not the global batch's as one device does; fix: capacity_factor: null"
+            )
 
     @property
     def state_tensors(self) -> int:
