@@ -144,7 +144,7 @@ def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
     the load-balancing statistics' all-reduce of 2E numbers forward and backward. All-to-alls in
     the balanced-routing convention of comm.all_to_all_single (exact as a mean over the ranks)."""
     g, b, n = plan.gpt, plan.bytes_per_elem, plan.axis("ep")
-    E, k = g["moe"]["experts"], g["moe"].get("top_k", 2)
+    E, k = g["moe"]["experts"], g["moe"]["top_k"]
     dense = sum(v for name, v in shapes.items() if ".mlp.experts." not in name)
     per_layer = 4 * ring_bytes("all_to_all", rows * g["block_size"] * k * g["n_embd"] * b, n)
     per_layer += ring_bytes("all_to_all", E * 8, n) + 2 * ring_all_reduce(2 * E * b, n)

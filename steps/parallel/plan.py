@@ -71,6 +71,7 @@ class Plan:
             "mode": "exit",
             "diverge_rank": -1,
             "diverge_by": 1e-3,
+            "diverge_param": "",
             "hold_s": 0,
         }
     )
@@ -147,10 +148,10 @@ class Plan:
             raise PlanError(f"sharding.dtype {self.dtype!r}: use float32 or float64")
 
     def _check_ep(self) -> None:
-        moe = self.gpt.get("moe")
-        if self.model != "gpt" or not moe:
+        moe = self.gpt.get("moe") or {}
+        if self.model != "gpt" or not {"experts", "top_k"} <= set(moe):
             raise PlanError("sharding: strategy ep needs model: gpt with gpt.moe: {experts: E, top_k: k}")
-        experts, ep = moe.get("experts", 8), self.axis("ep")
+        experts, ep = moe["experts"], self.axis("ep")
         if experts % ep:
             raise PlanError(f"sharding.gpt.moe.experts {experts} must divide by ep={ep} (each rank holds E/ep)")
         if moe.get("capacity_factor") is not None:
