@@ -28,16 +28,23 @@ from steps import hardware
 from steps.parallel.jax.gpt import GPTBlocksModel
 from steps.parallel.jax.measure import hlo_comm, per_device_bytes, render_sharding
 from steps.parallel.jax.mlp import MLPModel
+from steps.parallel.jax.moe import MoEBlocksModel
 from steps.parallel.parity import max_delta, max_delta_shards
 from steps.parallel.plan import Plan
 
 MODELS = {"mlp": MLPModel, "gpt": GPTBlocksModel}
 
 
+def model_for(plan: Plan):
+    """The plan's JAX model: the MLP, our GPT's blocks, or (gpt.moe) MoE blocks."""
+    return MoEBlocksModel() if plan.model == "gpt" and plan.gpt.get("moe") else MODELS[plan.model]()
+
+
 def make_loss(plan: Plan, model, names, explicit: bool):
     """loss(params, x, y). explicit=True: the per-device body for shard_map."""
     specs = {k: model.spec(plan, k) for k in names}
     tp = "tp" if explicit and "tp" in plan.mesh else None
+    ep = {"ep": "ep"} if explicit and "ep" in plan.mesh else {}  # MoE blocks only: the all_to_all axis
     fsdp = explicit and "fsdp" in plan.mesh
 
     def gather(name, t):  # FSDP: all-gather the fsdp-sharded dim right before use
@@ -49,7 +56,7 @@ def make_loss(plan: Plan, model, names, explicit: bool):
         return t
 
     def loss(params, x, y):
-        local = jnp.mean((model.forward(plan, params, x, tp, gather) - y) ** 2)
+        local = jnp.mean((model.forward(plan, params, x, tp, gather, **ep) - y) ** 2)
         return jax.lax.pmean(local, plan.data_axis) if explicit and plan.data_axis else local
 
     return loss
@@ -98,7 +105,7 @@ class JaxEngine:
     differ only in value_and_grad; by default the single-device loss, as jit alone compiles it."""
 
     def __init__(self, plan: Plan):
-        self.plan, self.model = plan, MODELS[plan.model]()
+        self.plan, self.model = plan, model_for(plan)
 
     def value_and_grad(self, names, mesh, sharded: bool):
         return jax.value_and_grad(make_loss(self.plan, self.model, names, explicit=False))
