@@ -61,7 +61,7 @@ def mlp_local_params(plan: Plan) -> float:
 def mlp_comm(plan: Plan) -> float:
     """Bytes one rank sends per step (for PP: the average over stages)."""
     d, L, b = plan.mlp["dim"], plan.mlp["layers"], plan.bytes_per_elem
-    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    rows = plan.batch_size / plan.data_size
     total = 0.0
     t = plan.axis("tp")
     if t > 1:  # per block one (rows, dim) all-reduce forward (reduce-from) and one backward (copy-to),
@@ -113,7 +113,7 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
     pair, the same bytes); PP the boundary activations forward and gradients backward."""
     g, b = plan.gpt, plan.bytes_per_elem
-    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    rows = plan.batch_size / plan.data_size
     total = 0.0
     t = plan.axis("tp")
     if t > 1:
@@ -122,8 +122,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
         if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
             total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
-    if plan.axis("dp") > 1:
-        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("dp") > 1:  # HSDP (dp×fsdp): the replicas all-reduce their reduce-scattered shard
+        total += ring_all_reduce(shard_psi / plan.axis("fsdp") * b, plan.axis("dp"))
     if plan.axis("fsdp") > 1:
         # FSDP2 keeps the root group (embeddings, ln_f; the head is tied) gathered from forward to
         # backward — it would be re-gathered at once — so the root moves 2Ψ_root, the blocks 3Ψ

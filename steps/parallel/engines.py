@@ -79,7 +79,10 @@ def register(backend: str, process: str, target: str, strategies) -> None:
 _JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pp: no JAX pipeline here
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
 register(
-    "torch_native", TORCHRUN, "steps.parallel.native.engine:NativeEngine", ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")
+    "torch_native",
+    TORCHRUN,
+    "steps.parallel.native.engine:NativeEngine",
+    ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp"),
 )
 register("torch_native", TORCHRUN, "steps.parallel.native.engine:PipelineEngine", ("pp",))
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.ep:ScratchEPEngine", ("ep",))

@@ -23,9 +23,10 @@ STRATEGY_AXES = {
     "pp": ("pp",),
     "dp_tp": ("dp", "tp"),
     "fsdp_tp": ("fsdp", "tp"),
+    "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
     "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (steps/parallel/ep.py)
 }
-PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp"}
+PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp"}
 BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
 
 
@@ -100,6 +101,16 @@ class Plan:
         return next((a for a in ("dp", "fsdp", "ep") if a in self.mesh), None)
 
     @property
+    def data_axes(self) -> tuple[str, ...]:
+        """Every axis the batch is split over: dp and fsdp together under HSDP (dp_fsdp_tp)."""
+        return tuple(a for a in ("dp", "fsdp", "ep") if a in self.mesh)
+
+    @property
+    def data_size(self) -> int:
+        """Ranks that see different rows of the batch: the product of the data axes."""
+        return math.prod(self.axis(a) for a in self.data_axes)
+
+    @property
     def pretty(self) -> str:
         return PRETTY.get(self.strategy, self.strategy)
 
@@ -122,9 +133,9 @@ class Plan:
             )
         if any(int(v) < 1 for v in self.mesh.values()):
             raise PlanError(f"sharding.mesh sizes must be >= 1, got {self.mesh}")
-        dp = self.axis(self.data_axis) if self.data_axis else 1
+        dp = self.data_size
         if self.batch_size % dp:
-            raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axis size {dp}")
+            raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axes' size {dp}")
         if self.strategy == "pp":
             if self.schedule not in ("gpipe", "1f1b"):
                 raise PlanError(f"sharding.schedule {self.schedule!r}: use gpipe or 1f1b")

@@ -56,8 +56,9 @@ class NativeEngine(GPTEngine):
         super().__init__(plan, dtype)
         shape = gpt_mesh_shape(plan)
         self.mesh = init_device_mesh(_device_type(), tuple(shape.values()), mesh_dim_names=tuple(shape))
-        if plan.data_axis:
-            self.data_rank, self.data_size = self.mesh.get_local_rank(plan.data_axis), plan.axis(plan.data_axis)
+        for axis in plan.data_axes:  # row-major over the data axes (dp, then fsdp under HSDP)
+            self.data_rank = self.data_rank * plan.axis(axis) + self.mesh.get_local_rank(axis)
+        self.data_size = plan.data_size
         ref = full_model(plan, dtype)
         self.shapes = param_shapes(ref)
         if not shards_parameters(self.mesh):
