@@ -14,12 +14,12 @@ MOE_GPT = {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd
 MOE = {"experts": 8, "top_k": 2, "aux_loss_coef": 0.02}
 
 
-def ep_plan(backend="torch_scratch", ep=4, moe=MOE, **kw) -> Plan:
+def ep_plan(backend="torch_scratch", ep=4, moe=MOE, mesh=None, **kw) -> Plan:
     return Plan.from_params(
         {
             "backend": backend,
-            "strategy": "ep",
-            "mesh": {"ep": ep},
+            "strategy": "fsdp_ep" if mesh and "fsdp" in mesh else "ep",
+            "mesh": mesh or {"ep": ep},
             "model": "gpt",
             "optimizer": "sgd",
             "dtype": "float64",
@@ -72,6 +72,18 @@ def test_ep_at_world_4_matches_one_device(tmp_path, backend):
     assert abs(m["comm_ratio"] - 1) <= (1e-12 if backend == "torch_scratch" else 0.01), m["comm_ratio"]
     bytes_a2a = [r["comm_detail"]["all_to_all/4"] for r in ranks]
     assert len(set(bytes_a2a)) > 1  # uneven routing: the ranks' all-to-all bytes differ, the mean does not
+
+
+@pytest.mark.slow
+def test_ep_inside_fsdp2_matches_one_device(tmp_path):
+    """{fsdp: 2, ep: 2}: dense parameters FSDP2 over 4 ranks, each rank's 4 experts FSDP2 over fsdp."""
+    p = ep_plan("torch_native", mesh={"fsdp": 2, "ep": 2})
+    ranks = launch(p, tmp_path)
+    m = summarize(p, ranks)
+    assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= 1e-12, m
+    assert abs(m["state_ratio"] - 1) <= 1e-9 and abs(m["comm_ratio"] - 1) <= 1e-9
+    assert m["state_bytes_analytic"] == 3 * (36512 / 4) * 8  # everything sharded 4 ways
+    assert {"all_gather", "reduce_scatter", "all_to_all", "all_reduce"} <= set(ranks[0]["comm_calls"])
 
 
 @pytest.mark.slow

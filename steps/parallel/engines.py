@@ -86,7 +86,7 @@ register(
 )
 register("torch_native", TORCHRUN, "steps.parallel.native.engine:PipelineEngine", ("pp",))
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.ep:ScratchEPEngine", ("ep",))
-register("torch_native", TORCHRUN, "steps.parallel.native.ep:NativeEPEngine", ("ep",))
+register("torch_native", TORCHRUN, "steps.parallel.native.ep:NativeEPEngine", ("ep", "fsdp_ep"))
 register("jax_jit", JAX, "steps.parallel.jax.engine:JitEngine", _JAX_STRATEGIES)
 register("jax_shard_map", JAX, "steps.parallel.jax.engine:ShardMapEngine", _JAX_STRATEGIES + ("ep",))
 register("jax_lessons", JAX, "steps.parallel.jax.lessons:Lessons", tuple(STRATEGY_AXES))  # strategy unused

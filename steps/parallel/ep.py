@@ -36,14 +36,15 @@ class Collectives:
 
     all_to_all: Callable  # (x (M, C), out_splits, in_splits) -> (sum(out_splits), C), autograd-aware
     exchange_counts: Callable  # (counts (E,) int64) -> (E,): [source rank, local expert] row counts
-    all_reduce_sum: Callable  # (t,) -> sum over ranks, backward: sum of the gradients over ranks
-    size: int
+    all_reduce_sum: Callable  # (t,) -> sum over the pooled ranks, backward: sum of their gradients
+    size: int  # ranks of the ep group
+    pool: int  # ranks whose batches the load-balancing statistics pool: every data rank (ep, or fsdp × ep)
 
 
 class ExpertParallelMoE(MoE):
     """MoE whose run_experts / pool_stats cross the ep group. Built by swapping the class of a MoE
     (same router and dropout) and setting `ep` (Collectives) and `local` ((x, counts) -> y: the
-    E/N local experts' grouped MLP)."""
+    E/N local experts' grouped MLP; a module, so that FSDP's hooks around it run)."""
 
     ep: Collectives
     local: Callable
@@ -63,7 +64,7 @@ class ExpertParallelMoE(MoE):
 
     def pool_stats(self, counts, prob_sum, n_tokens: int) -> tuple:
         both = self.ep.all_reduce_sum(torch.cat([counts, prob_sum]))  # (2E,) over the ranks
-        return both[: self.n_experts], both[self.n_experts :], n_tokens * self.ep.size
+        return both[: self.n_experts], both[self.n_experts :], n_tokens * self.ep.pool
 
 
 def moe_layers(model) -> list[MoE]:

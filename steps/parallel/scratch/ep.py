@@ -58,6 +58,7 @@ def scratch_collectives(group=None) -> Collectives:
         exchange_counts=exchange_counts,
         all_reduce_sum=lambda t: AllReduceSum.apply(t, group),
         size=dist.get_world_size(group),
+        pool=dist.get_world_size(group),
     )
 
 
