@@ -105,6 +105,8 @@ CASES = [
     ("jax_shard_map", "fsdp_tp", {"fsdp": 2, "tp": 2}, {}),
     ("jax_shard_map", "dp_tp", {"dp": 2, "tp": 2}, {}),
     ("jax_shard_map", "tp", {"tp": 2}, {"model": "gpt", "optimizer": "sgd", "cross_backend": True}),
+    ("jax_shard_map", "dp_fsdp_tp", {"dp": 2, "fsdp": 2, "tp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    ("jax_jit", "dp_fsdp_tp", {"dp": 2, "fsdp": 2, "tp": 2}, {}),
 ]
 
 

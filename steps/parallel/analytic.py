@@ -67,8 +67,8 @@ def mlp_comm(plan: Plan) -> float:
     if t > 1:  # per block one (rows, dim) all-reduce forward (reduce-from) and one backward (copy-to),
         total += (2 * L - 1) * ring_all_reduce(rows * d * b, t)  # the first block's copy-to skipped
     shard_psi = mlp_local_params(plan) * plan.axis("fsdp")  # what the data axis replicates or shards
-    if plan.axis("dp") > 1:
-        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("dp") > 1:  # HSDP (dp×fsdp): the replicas all-reduce their reduce-scattered shard
+        total += ring_all_reduce(shard_psi / plan.axis("fsdp") * b, plan.axis("dp"))
     if plan.axis("fsdp") > 1:
         total += 3 * ring_gather(shard_psi * b, plan.axis("fsdp"))
     s = plan.axis("pp")

@@ -76,7 +76,7 @@ def register(backend: str, process: str, target: str, strategies) -> None:
         ENGINES[(backend, s)] = Entry(backend, s, process, target)
 
 
-_JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pp: no JAX pipeline here
+_JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp")  # pp: no JAX pipeline here
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
 register(
     "torch_native",

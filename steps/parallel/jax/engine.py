@@ -40,6 +40,11 @@ def model_for(plan: Plan):
     return MoEBlocksModel() if plan.model == "gpt" and plan.gpt.get("moe") else MODELS[plan.model]()
 
 
+def data_spec(plan: Plan):
+    """The batch's PartitionSpec: rows over every data axis (both dp and fsdp under HSDP)."""
+    return P(plan.data_axes) if plan.data_axes else P()
+
+
 def make_loss(plan: Plan, model, names, explicit: bool):
     """loss(params, x, y). explicit=True: the per-device body for shard_map."""
     specs = {k: model.spec(plan, k) for k in names}
@@ -57,7 +62,7 @@ def make_loss(plan: Plan, model, names, explicit: bool):
 
     def loss(params, x, y):
         local = jnp.mean((model.forward(plan, params, x, tp, gather, **ep) - y) ** 2)
-        return jax.lax.pmean(local, plan.data_axis) if explicit and plan.data_axis else local
+        return jax.lax.pmean(local, plan.data_axes) if explicit and plan.data_axes else local
 
     return loss
 
@@ -126,7 +131,7 @@ class JaxEngine:
             return jax.jit(step), None
         ps = {k: NamedSharding(mesh, model.spec(plan, k)) for k in names}
         st = {"m": ps, "v": ps} if plan.optimizer == "adam" else {"m": ps}
-        ds, rep = NamedSharding(mesh, P(plan.data_axis) if plan.data_axis else P()), NamedSharding(mesh, P())
+        ds, rep = NamedSharding(mesh, data_spec(plan)), NamedSharding(mesh, P())
         jitted = jax.jit(step, in_shardings=(ps, st, ds, ds, rep), out_shardings=(ps, st, rep, ps))
         return jitted, (ps, st, ds)
 
@@ -224,7 +229,7 @@ class ShardMapEngine(JaxEngine):
             return super().value_and_grad(names, mesh, sharded)
         plan, model = self.plan, self.model
         specs = {k: model.spec(plan, k) for k in names}
-        data = P(plan.data_axis) if plan.data_axis else P()
+        data = data_spec(plan)
         body = make_loss(plan, model, names, explicit=True)
 
         def grad_fn(params, x, y):

@@ -77,9 +77,7 @@ class NativeEPEngine(GPTEngine):
     def __init__(self, plan: Plan, dtype):
         super().__init__(plan, dtype)
         self.mesh = init_device_mesh(_device_type(), tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
-        for axis in plan.data_axes:  # every rank its own rows: row-major over (fsdp, ep)
-            self.data_rank = self.data_rank * plan.axis(axis) + self.mesh.get_local_rank(axis)
-        self.data_size = plan.data_size
+        self.split_batch_over(self.mesh)  # every rank its own rows
         model = full_model(plan, dtype)
         self.shapes = param_shapes(model)
         apply_ep(model, self.mesh["ep"], pool_group=dist.group.WORLD)
