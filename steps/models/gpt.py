@@ -3,8 +3,9 @@
 Variants (GPTConfig): GPT-2 by default; Llama is pos="rope" (rope_theta), norm="rmsnorm",
 mlp="swiglu" (mlp_hidden), n_kv_head < n_head (grouped-query attention; 1 = multi-query,
 Shazeer 2019 "Fast Transformer Decoding"), bias=False, tie_weights=False. Named full-size
-shapes (GPT-2 124M..1.5B, Llama-3 8B/70B): steps/models/shapes.py; HF Llama <-> ours:
-llama_convert.py.
+shapes (GPT-2 124M..1.5B, Llama-3 8B/70B, Mixtral-8x7B, OLMoE-1B-7B): steps/models/shapes.py; HF
+Llama <-> ours: llama_convert.py. GPTConfig.moe makes every MLP a mixture of experts (moe.py; HF
+Mixtral <-> ours: mixtral_convert.py); its load-balancing loss joins the loss (CausalLMOutput.aux_loss).
 
 Module names follow Hugging Face GPT-2 (transformer.wte/wpe/h[i].ln_1/attn/ln_2/mlp/ln_f, lm_head)
 so hf_convert.py reads as a rename table. Attention uses separate q/k/v/o projections (see
