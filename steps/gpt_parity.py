@@ -1,12 +1,15 @@
-"""gpt_parity: our GPT equals Hugging Face GPT-2 or Llama — weights both ways, every layer
-forward, every parameter's gradient, and greedy decoding token for token.
+"""gpt_parity: our GPT equals Hugging Face GPT-2, Llama or Mixtral (MoE) — weights both ways, every
+layer forward, every parameter's gradient, and greedy decoding token for token.
 
 One cell per HF config (random init, offline) or a hub checkpoint (`pretrained: gpt2`).
 `hf_model` picks the class: gpt2 (GPT2LMHeadModel, hf_config = GPT2Config kwargs) or llama
-(LlamaForCausalLM, hf_config = LlamaConfig kwargs: GQA, SwiGLU, RMSNorm, RoPE theta, untied head).
-Llama random-init cells draw the RMSNorm weights from N(1, 0.1) (HF initialises them to 1, which
+(LlamaForCausalLM, hf_config = LlamaConfig kwargs: GQA, SwiGLU, RMSNorm, RoPE theta, untied head) or
+mixtral (MixtralForCausalLM, MixtralConfig kwargs: Llama with a sparse MoE block per layer — router,
+top-k experts, load-balancing loss added to the loss; our GPTConfig.moe, steps/models/moe.py).
+Llama and Mixtral random-init cells draw the RMSNorm weights from N(1, 0.1) (HF initialises them to 1, which
 would hide two swapped norms in the converter); in float64, HF Llama's float32 RMSNorm and RoPE
-tables are lifted to float64 (llama_convert.float64_reference; fp32 compares HF as shipped).
+tables (Mixtral: also its router softmax and load-balancing loss) are lifted to float64
+(llama_convert / mixtral_convert.float64_reference; fp32 compares HF as shipped).
 Variants: "fast" (nn.Linear/nn.LayerNorm/SDPA, the training path) and "custom" (the
 hand-written autograd Functions + manual attention).
 float64: every point <= tol_fp64 (1e-10). float32: logits <= tol_fp32_logits (1e-4, absolute);
@@ -17,10 +20,10 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
+from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
-from steps.models.llama_convert import float64_reference
 from steps.models.parity import compare
 from steps.stage import Stage
 from steps.tracking import InputError, SkipCell, StageRun
@@ -29,7 +32,9 @@ NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 HF_MODELS = {  # hf_model -> (config class, model class, config defaults under the cell's hf_config)
     "gpt2": (GPT2Config, GPT2LMHeadModel, {**NO_DROPOUT, "bos_token_id": None, "eos_token_id": None}),
     "llama": (LlamaConfig, LlamaForCausalLM, {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}),
+    "mixtral": (MixtralConfig, MixtralForCausalLM, {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}),
 }
+FLOAT64_REFERENCE = {"llama": llama_convert.float64_reference, "mixtral": mixtral_convert.float64_reference}
 
 
 def load_hf(p, dtype):
@@ -45,12 +50,13 @@ def load_hf(p, dtype):
     else:
         torch.manual_seed(p["init_seed"])
         hf = model_cls(config_cls(**{**defaults, **p["hf_config"]})).to(dtype)
-        if p["hf_model"] == "llama":
+        if p["hf_model"] in FLOAT64_REFERENCE:  # RMSNorm models
             with torch.no_grad():
                 for name, w in hf.named_parameters():
                     if name.endswith("norm.weight"):
                         w.normal_(1.0, 0.1)
-    return float64_reference(hf) if p["hf_model"] == "llama" and dtype == torch.float64 else hf
+    lift = FLOAT64_REFERENCE.get(p["hf_model"]) if dtype == torch.float64 else None
+    return lift(hf) if lift else hf
 
 
 def greedy_rows(hf, ours, prompt, n_new, dtype_name):
@@ -138,7 +144,7 @@ STAGE = Stage(
         "greedy == HF": "metrics.greedy_match",
         "all pass": "metrics.all_pass",
     },
-    headline=("worst fp64 gradient error vs HF (GPT-2, Llama)", "fp64 worst grad err", "max"),
+    headline=("worst fp64 gradient error vs HF (GPT-2, Llama, Mixtral)", "fp64 worst grad err", "max"),
 )
 
 if __name__ == "__main__":

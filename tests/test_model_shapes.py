@@ -1,12 +1,30 @@
 """Named full-size shapes (steps/models/shapes.py): parameter counts on the meta device against the
-published counts and against HF's GPT2LMHeadModel / LlamaForCausalLM built from the same sizes."""
+published counts and against HF's GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM /
+OlmoeForCausalLM built from the same sizes."""
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
+    OlmoeConfig,
+    OlmoeForCausalLM,
+)
 
 from steps.models.mlp import swiglu_hidden
-from steps.models.shapes import PUBLISHED_PARAMS, SHAPES, meta_model, param_count, shape
+from steps.models.shapes import (
+    PUBLISHED_ACTIVE_PARAMS,
+    PUBLISHED_PARAMS,
+    SHAPES,
+    active_param_count,
+    meta_model,
+    param_count,
+    shape,
+)
 
 # The reference, written from HF's published config.json files, not from our table
 GPT2_HF = {
@@ -21,9 +39,39 @@ LLAMA_HF = {
     "llama-3-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64),
 }
 
+MOE_HF = {  # HF's mistralai/Mixtral-8x7B-v0.1 and allenai/OLMoE-1B-7B-0924 config.json
+    "mixtral-8x7b": lambda: MixtralForCausalLM(
+        MixtralConfig(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+        )
+    ),
+    "olmoe-1b-7b": lambda: OlmoeForCausalLM(
+        OlmoeConfig(
+            vocab_size=50304,
+            hidden_size=2048,
+            intermediate_size=1024,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=64,
+            num_experts_per_tok=8,
+        )
+    ),
+}
+QK_NORM = {"olmoe-1b-7b": 16 * 2 * 2048}  # OLMoE's q_norm + k_norm weights, which ours lacks
+
 
 def hf_count(name: str) -> int:
     with torch.device("meta"):
+        if name in MOE_HF:
+            return MOE_HF[name]().num_parameters()
         if name in GPT2_HF:
             return GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=1024, **GPT2_HF[name])).num_parameters()
         cfg = LlamaConfig(vocab_size=128256, num_key_value_heads=8, tie_word_embeddings=False, **LLAMA_HF[name])
@@ -31,15 +79,24 @@ def hf_count(name: str) -> int:
 
 
 def test_every_shape_has_an_hf_reference():
-    assert set(SHAPES) == set(GPT2_HF) | set(LLAMA_HF)
+    assert set(SHAPES) == set(GPT2_HF) | set(LLAMA_HF) | set(MOE_HF)
 
 
 @pytest.mark.parametrize("name", SHAPES)
 def test_param_count_equals_published_and_hf(name):
     n = param_count(name)
-    assert n == hf_count(name)
+    assert n == hf_count(name) - QK_NORM.get(name, 0)
     if name in PUBLISHED_PARAMS:
         assert n == PUBLISHED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", PUBLISHED_ACTIVE_PARAMS)
+def test_moe_active_params_match_the_papers(name):
+    """Mixtral "12.9B active", OLMoE "1.3B active" (rounded to 0.1 B in the papers)."""
+    assert abs(active_param_count(name) - PUBLISHED_ACTIVE_PARAMS[name]) < 0.05e9
+    m = meta_model(name)
+    assert m.transformer.h[0].mlp.experts.c_fc.shape == (m.config.moe["experts"], m.config.mlp_width, m.config.n_embd)
+    assert active_param_count("llama-3-8b") == param_count("llama-3-8b")
 
 
 def test_published_counts():

@@ -43,6 +43,19 @@ def test_analytic_formulas_on_toy_mlp():
     assert A.mlp_local_params(toy(strategy="fsdp", mesh={"fsdp": 2})) == 76
     p = toy(strategy="dp_tp", mesh={"dp": 2, "tp": 2})  # TP on B/2 rows + DP over the TP shard
     assert A.mlp_comm(p) == 3 * 2 * (1 / 2) * 4 * 4 * 4 + 2 * (1 / 2) * 80 * 4
+    # HSDP × TP: the dp replicas all-reduce the fsdp-reduce-scattered shard, Ψ_tp / fsdp
+    gpt = {"vocab_size": 16, "block_size": 4, "n_layer": 1, "n_head": 2, "n_embd": 4}
+    hsdp = Plan.from_params(
+        {"strategy": "dp_fsdp_tp", "mesh": {"dp": 2, "fsdp": 2, "tp": 2}, "model": "gpt", "gpt": gpt}
+    )
+    no_dp = Plan.from_params({"strategy": "fsdp_tp", "mesh": {"fsdp": 2, "tp": 2}, "model": "gpt", "gpt": gpt})
+    shapes = {"transformer.wte.weight": 64, "transformer.h.0.mlp.c_fc.weight": 64}  # replicated 64, tp-sharded 32
+    assert hsdp.data_size == 4 and no_dp.data_size == 2  # rows per rank: 16/4 = 4 sequences vs 8
+    tp = 4 * (2 * 1 / 2) * 4 * 4 * 4 * 4  # 4 all-reduces of (rows 4 · T 4 · C 4) fp32 over tp=2
+    fsdp = (3 * 96 - 64) * (1 / 2) * 4  # 3Ψ_tp gathered/scattered over fsdp=2, the root (wte) twice
+    dp = 2 * (1 / 2) * (96 / 2) * 4  # all-reduce over dp=2 of the fsdp shard
+    assert A.gpt_comm(hsdp, shapes) == tp + fsdp + dp == 1664
+    assert A.gpt_comm(no_dp, shapes) == 2 * tp + fsdp
     assert toy(strategy="dp", mesh={"dp": 2}).state_tensors * 152 * 4 == 2432  # Adam: 4Ψ·b
     assert toy(strategy="pp", mesh={"pp": 2}, microbatches=4).pipeline_bubble() == pytest.approx(1 / 5)
 
@@ -82,10 +95,18 @@ CASES = [
     ("torch_native", "tp", {"tp": 2}, {"model": "gpt", "optimizer": "sgd", "sequence_parallel": True}),
     ("torch_native", "pp", {"pp": 2}, {"model": "gpt", "optimizer": "sgd", "schedule": "gpipe"}),
     ("torch_native", "fsdp_tp", {"fsdp": 2, "tp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    (  # HSDP × TP at world 8 (8 processes on 2 cores here: a longer timeout)
+        "torch_native",
+        "dp_fsdp_tp",
+        {"dp": 2, "fsdp": 2, "tp": 2},
+        {"model": "gpt", "optimizer": "sgd", "dtype": "float64", "launch": {"timeout_s": 300}},
+    ),
     ("jax_jit", "dp_tp", {"dp": 2, "tp": 2}, {"cross_backend": True}),
     ("jax_shard_map", "fsdp_tp", {"fsdp": 2, "tp": 2}, {}),
     ("jax_shard_map", "dp_tp", {"dp": 2, "tp": 2}, {}),
     ("jax_shard_map", "tp", {"tp": 2}, {"model": "gpt", "optimizer": "sgd", "cross_backend": True}),
+    ("jax_shard_map", "dp_fsdp_tp", {"dp": 2, "fsdp": 2, "tp": 2}, {"model": "gpt", "optimizer": "sgd"}),
+    ("jax_jit", "dp_fsdp_tp", {"dp": 2, "fsdp": 2, "tp": 2}, {}),
 ]
 
 

@@ -3,8 +3,9 @@
 Variants (GPTConfig): GPT-2 by default; Llama is pos="rope" (rope_theta), norm="rmsnorm",
 mlp="swiglu" (mlp_hidden), n_kv_head < n_head (grouped-query attention; 1 = multi-query,
 Shazeer 2019 "Fast Transformer Decoding"), bias=False, tie_weights=False. Named full-size
-shapes (GPT-2 124M..1.5B, Llama-3 8B/70B): steps/models/shapes.py; HF Llama <-> ours:
-llama_convert.py.
+shapes (GPT-2 124M..1.5B, Llama-3 8B/70B, Mixtral-8x7B, OLMoE-1B-7B): steps/models/shapes.py; HF
+Llama <-> ours: llama_convert.py. GPTConfig.moe makes every MLP a mixture of experts (moe.py; HF
+Mixtral <-> ours: mixtral_convert.py); its load-balancing loss joins the loss (CausalLMOutput.aux_loss).
 
 Module names follow Hugging Face GPT-2 (transformer.wte/wpe/h[i].ln_1/attn/ln_2/mlp/ln_f, lm_head)
 so hf_convert.py reads as a rename table. Attention uses separate q/k/v/o projections (see
@@ -38,6 +39,7 @@ from steps.models.attention import CausalSelfAttention
 from steps.models.chunked_ce import linear_cross_entropy
 from steps.models.linear import Linear
 from steps.models.mlp import make_mlp, swiglu_hidden
+from steps.models.moe import MoE, load_balancing_loss, moe_settings
 from steps.models.norms import LayerNorm, RMSNorm, make_norm
 
 
@@ -63,6 +65,7 @@ class GPTConfig:
     mlp_hidden: int | None = None  # MLP width; None = 4·C (gelu) or Llama's 8/3·C rounded up to 256 (swiglu)
     n_kv_head: int | None = None  # key/value heads; None = n_head (MHA), 1 = MQA, in between = GQA
     rope_theta: float = 10000.0  # RoPE base (Llama 3: 500000)
+    moe: dict | None = None  # mixture of experts {experts, top_k, aux_loss_coef, capacity_factor}: see moe.py
 
     def __post_init__(self):
         if self.n_embd % self.n_head:
@@ -75,6 +78,8 @@ class GPTConfig:
             raise ValueError(f"pos must be 'learned' or 'rope', got {self.pos!r}")
         if self.pos == "rope" and (self.n_embd // self.n_head) % 2:
             raise ValueError("rope needs an even head_dim")
+        if self.moe is not None:
+            self.moe = moe_settings(self.moe)
 
     @property
     def kv_heads(self) -> int:
@@ -98,6 +103,7 @@ class CausalLMOutput:
     logits: torch.Tensor | None  # None from a fused_ce training forward with labels
     loss: torch.Tensor | None = None
     past_key_values: tuple | None = None  # per layer (k, v), each (B, n_kv_head, T_total, head_dim)
+    aux_loss: torch.Tensor | None = None  # MoE load-balancing loss (already in `loss`, times aux_loss_coef)
 
 
 class Block(nn.Module):
@@ -108,7 +114,7 @@ class Block(nn.Module):
         self.ln_1 = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
         self.attn = CausalSelfAttention(config)
         self.ln_2 = make_norm(config.norm, config.n_embd, config.layer_norm_eps, config.bias)
-        self.mlp = make_mlp(config)
+        self.mlp = MoE(config) if config.moe else make_mlp(config)
 
     def forward(self, x, layer_past=None, use_cache=False):
         a = self.attn(self.ln_1(x), layer_past, use_cache)  # (B, T, C), or ((B, T, C), (k, v)) with use_cache
@@ -161,7 +167,7 @@ class GPTLMHeadModel(nn.Module):
         self.apply(self._init_weights)
         # GPT-2 scheme: residual projections scaled by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
-            if name.endswith(("o_proj.weight", "mlp.c_proj.weight")):
+            if name.endswith(("o_proj.weight", "mlp.c_proj.weight", "mlp.experts.c_proj")):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * config.n_layer))
 
     @staticmethod
@@ -181,6 +187,7 @@ class GPTLMHeadModel(nn.Module):
 
     def forward(self, input_ids, labels=None, past_key_values=None, use_cache=False) -> CausalLMOutput:
         out = self.transformer(input_ids, past_key_values, use_cache)
+        aux = self.moe_aux_loss()
         if self.config.fused_ce and labels is not None and self.training and not use_cache:
             loss = linear_cross_entropy(
                 out.last_hidden_state,
@@ -188,12 +195,20 @@ class GPTLMHeadModel(nn.Module):
                 shift_labels(labels),
                 chunk_size=self.config.ce_chunk,
             )  # -> scalar
-            return CausalLMOutput(None, loss, out.past_key_values)
+            return CausalLMOutput(None, self._with_aux(loss, aux), out.past_key_values, aux)
         logits = self.lm_head(out.last_hidden_state)  # (B, T, V)
         loss = None
         if labels is not None:
-            loss = causal_lm_loss(logits, labels)  # scalar
-        return CausalLMOutput(logits, loss, out.past_key_values)
+            loss = self._with_aux(causal_lm_loss(logits, labels), aux)  # scalar
+        return CausalLMOutput(logits, loss, out.past_key_values, aux)
+
+    def moe_aux_loss(self):
+        """The load-balancing loss of the last forward (moe.load_balancing_loss), None without MoE."""
+        stats = [m.stats for m in self.modules() if isinstance(m, MoE)]
+        return load_balancing_loss(stats) if stats else None
+
+    def _with_aux(self, loss, aux):
+        return loss if aux is None else loss + self.config.moe["aux_loss_coef"] * aux.to(loss.dtype)
 
 
 def shift_labels(labels, ignore_index: int = -100):

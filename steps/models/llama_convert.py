@@ -152,9 +152,9 @@ def float64_reference(hf: LlamaForCausalLM) -> LlamaForCausalLM:
     c = hf.config
     for m in hf.modules():
         name = type(m).__name__
-        if name == "LlamaRMSNorm":
+        if name.endswith("RMSNorm"):  # LlamaRMSNorm, MixtralRMSNorm
             m.forward = types.MethodType(_rms_norm_forward, m)
-        elif name == "LlamaRotaryEmbedding":
+        elif name.endswith("RotaryEmbedding"):
             dim = c.head_dim or c.hidden_size // c.num_attention_heads
             theta = c.rope_parameters["rope_theta"]
             m.inv_freq64 = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # HF's formula

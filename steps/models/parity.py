@@ -1,8 +1,10 @@
-"""Layer-by-layer comparison of our GPT with HF GPT2LMHeadModel or LlamaForCausalLM on the same weights.
+"""Layer-by-layer comparison of our GPT with HF GPT2LMHeadModel, LlamaForCausalLM or MixtralForCausalLM
+on the same weights.
 
-Forward hooks on corresponding modules (HF GPT-2's names are ours; Llama's come from
-llama_convert.HF_MODULES) record embeddings, each block's ln_1 / attn / residual / ln_2 / mlp /
-output (the hidden state after each layer), ln_f and logits; then one loss is back-propagated in
+Forward hooks on corresponding modules (HF GPT-2's names are ours; Llama's and Mixtral's come from
+llama_convert / mixtral_convert.HF_MODULES) record embeddings, each block's ln_1 / attn / residual /
+ln_2 / mlp (Mixtral: also the router logits) / output (the hidden state after each layer), ln_f and
+logits, and Mixtral's load-balancing loss; then one loss (CE + coef · aux) is back-propagated in
 both and every parameter's gradient is compared after converting HF's gradients with the same
 function that converts its weights.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from steps.models import hf_convert, llama_convert
+from steps.models import hf_convert, llama_convert, mixtral_convert
 from steps.models.gpt import use_custom_functions
 
 OUR_MODULES = {  # also HF GPT-2's names
@@ -22,8 +24,13 @@ OUR_MODULES = {  # also HF GPT-2's names
     "mlp": "transformer.h.{i}.mlp",
     "block": "transformer.h.{i}",
     "ln_f": "transformer.ln_f",
+    "router": "transformer.h.{i}.mlp.gate",  # MoE only (recorded where the model has one)
 }
-CONVERTERS = {"gpt2": hf_convert, "llama": llama_convert}  # HF config.model_type -> converter module
+CONVERTERS = {
+    "gpt2": hf_convert,
+    "llama": llama_convert,
+    "mixtral": mixtral_convert,
+}  # HF config.model_type -> converter module
 
 
 def converter(hf):
@@ -58,6 +65,8 @@ def record_activations(model, n_layer: int, modules: dict = OUR_MODULES) -> tupl
         at("attn", i, f"h.{i}.attn")
         at("ln_2", i, f"h.{i}.residual (x + attn)", True)
         at("ln_2", i, f"h.{i}.ln_2")
+        if "router" in modules and modules["router"].format(i=i) in mods:
+            at("router", i, f"h.{i}.router logits")
         at("mlp", i, f"h.{i}.mlp")
         at("block", i, f"h.{i}.out")
     at("ln_f", 0, "ln_f")
@@ -120,12 +129,14 @@ def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float
 
     hf_modules = getattr(conv, "HF_MODULES", OUR_MODULES)
     (a_h, h_h), (a_o, h_o) = record_activations(hf, n_layer, hf_modules), record_activations(ours, n_layer)
-    out_h, out_o = hf(ids, labels=ids), ours(ids, labels=ids)
+    out_h, out_o = hf(ids, labels=ids, **getattr(conv, "HF_FORWARD_KWARGS", {})), ours(ids, labels=ids)
     for h in h_h + h_o:
         h.remove()
     for name in a_h:
         add("forward", name, a_o[name], a_h[name])
     add("forward", "logits", out_o.logits, out_h.logits, logits_tol)
+    if getattr(out_h, "aux_loss", None) is not None:
+        add("forward", "load-balancing loss", out_o.aux_loss, out_h.aux_loss)
     add("forward", "loss (HF shift)", out_o.loss, out_h.loss)
 
     out_h.loss.backward()

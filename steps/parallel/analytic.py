@@ -61,14 +61,14 @@ def mlp_local_params(plan: Plan) -> float:
 def mlp_comm(plan: Plan) -> float:
     """Bytes one rank sends per step (for PP: the average over stages)."""
     d, L, b = plan.mlp["dim"], plan.mlp["layers"], plan.bytes_per_elem
-    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    rows = plan.batch_size / plan.data_size
     total = 0.0
     t = plan.axis("tp")
     if t > 1:  # per block one (rows, dim) all-reduce forward (reduce-from) and one backward (copy-to),
         total += (2 * L - 1) * ring_all_reduce(rows * d * b, t)  # the first block's copy-to skipped
     shard_psi = mlp_local_params(plan) * plan.axis("fsdp")  # what the data axis replicates or shards
-    if plan.axis("dp") > 1:
-        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("dp") > 1:  # HSDP (dp×fsdp): the replicas all-reduce their reduce-scattered shard
+        total += ring_all_reduce(shard_psi / plan.axis("fsdp") * b, plan.axis("dp"))
     if plan.axis("fsdp") > 1:
         total += 3 * ring_gather(shard_psi * b, plan.axis("fsdp"))
     s = plan.axis("pp")
@@ -101,9 +101,13 @@ def gpt_local_params(plan: Plan, shapes: dict[str, int], stage_params: float | N
     """`shapes`: parameter name -> numel of the single-device model (tied weights once)."""
     if plan.strategy == "pp":
         return stage_params if stage_params is not None else sum(shapes.values()) / plan.axis("pp")
-    t = plan.axis("tp")
-    local = sum(n / t if gpt_tp_split(k) == "shard" else n for k, n in shapes.items())
-    return local / plan.axis("fsdp")
+    t, e, f = plan.axis("tp"), plan.axis("ep"), plan.axis("fsdp")
+    if e > 1 and f > 1:  # fsdp_ep: dense sharded over all f·e ranks, experts over e then f
+        return sum(n / (e * f) for n in shapes.values())
+    local = sum(
+        n / t if gpt_tp_split(k) == "shard" else n / e if ".mlp.experts." in k else n for k, n in shapes.items()
+    )
+    return local / f
 
 
 def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
@@ -111,7 +115,9 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
     pair, the same bytes); PP the boundary activations forward and gradients backward."""
     g, b = plan.gpt, plan.bytes_per_elem
-    rows = plan.batch_size / (plan.axis(plan.data_axis) if plan.data_axis else 1)
+    rows = plan.batch_size / plan.data_size
+    if plan.axis("ep") > 1:
+        return ep_comm(plan, shapes, rows)
     total = 0.0
     t = plan.axis("tp")
     if t > 1:
@@ -120,8 +126,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
         if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
             total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
-    if plan.axis("dp") > 1:
-        total += ring_all_reduce(shard_psi * b, plan.axis("dp"))
+    if plan.axis("dp") > 1:  # HSDP (dp×fsdp): the replicas all-reduce their reduce-scattered shard
+        total += ring_all_reduce(shard_psi / plan.axis("fsdp") * b, plan.axis("dp"))
     if plan.axis("fsdp") > 1:
         # FSDP2 keeps the root group (embeddings, ln_f; the head is tied) gathered from forward to
         # backward — it would be re-gathered at once — so the root moves 2Ψ_root, the blocks 3Ψ
@@ -131,6 +137,34 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     if s > 1:
         total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
     return total
+
+
+def fsdp_bytes(psi: float, root: float, b: int, n: int) -> float:
+    """FSDP2 over n ranks: 3Ψ (gather forward, gather backward, reduce-scatter) but the root group's
+    2Ψ_root, kept gathered from forward to backward (see gpt_comm)."""
+    return (3 * psi - root) * ring_gather(b, n)
+
+
+def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
+    """Expert parallelism (steps/parallel/ep.py), per step: per MoE layer four all-to-alls over ep
+    of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward), one
+    of the E row counts (int64), and the load-balancing statistics' all-reduce of 2E numbers over
+    every data rank, forward and backward. All-to-alls in the balanced-routing convention of
+    comm.all_to_all_single (exact as a mean over the ranks). Dense parameters: under ep, DP's
+    all-reduce over ep (2Ψ_dense); under fsdp_ep, FSDP2 over all fsdp·ep ranks, and the experts'
+    E/ep share FSDP2 over fsdp (3Ψ each: expert groups are never the root)."""
+    g, b, n, f = plan.gpt, plan.bytes_per_elem, plan.axis("ep"), plan.axis("fsdp")
+    E, k = g["moe"]["experts"], g["moe"]["top_k"]
+    experts = sum(v for name, v in shapes.items() if ".mlp.experts." in name)
+    dense = sum(shapes.values()) - experts
+    per_layer = 4 * ring_bytes("all_to_all", rows * g["block_size"] * k * g["n_embd"] * b, n)
+    per_layer += ring_bytes("all_to_all", E * 8, n) + 2 * ring_all_reduce(2 * E * b, plan.data_size)
+    if f > 1:
+        root = sum(v for name, v in shapes.items() if ".h." not in name)
+        params = fsdp_bytes(dense, root, b, n * f) + fsdp_bytes(experts / n, 0, b, f)
+    else:
+        params = ring_all_reduce(dense * b, n)
+    return params + g["n_layer"] * per_layer
 
 
 def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = None) -> dict:

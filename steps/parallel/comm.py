@@ -79,6 +79,15 @@ def reduce_scatter_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> t
     return out
 
 
+def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, group=None) -> torch.Tensor:
+    """Rows of `inp` (in_splits[r] to rank r) exchanged; charged on the input, (N-1)/N of it: what a
+    rank sends under balanced routing. Uneven routing moves bytes between ranks, but every row sent
+    is received and sent back once, so the mean over the ranks is exact (analytic.py)."""
+    COUNTER.add("all_to_all", _nbytes(inp), _size(group), _ranks(group))
+    dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
+    return out
+
+
 def isend(t: torch.Tensor, dst: int):
     COUNTER.add("send", _nbytes(t), 2, sorted((dist.get_rank(), dst)))
     return dist.isend(t, dst)
@@ -188,6 +197,8 @@ class NativeCommMode(TorchDispatchMode):
                     else args[0]
                 )
                 self.counter.add("reduce_scatter", sum(_nbytes(t) for t in _tensors(src)), n, ranks)
+            elif name in ("all_to_all_single", "alltoall_base"):  # functional: (input, ...); c10d: (output, input, ...)
+                self.counter.add("all_to_all", _nbytes(args[0] if name == "all_to_all_single" else args[1]), n, ranks)
             elif name in ("broadcast",):
                 self.counter.add("broadcast", inb, n, ranks)
             elif name in ("send",):

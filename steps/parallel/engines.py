@@ -76,14 +76,19 @@ def register(backend: str, process: str, target: str, strategies) -> None:
         ENGINES[(backend, s)] = Entry(backend, s, process, target)
 
 
-_JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pp: no JAX pipeline here
+_JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp")  # pp: no JAX pipeline here
 register("torch_scratch", TORCHRUN, "steps.parallel.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
 register(
-    "torch_native", TORCHRUN, "steps.parallel.native.engine:NativeEngine", ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")
+    "torch_native",
+    TORCHRUN,
+    "steps.parallel.native.engine:NativeEngine",
+    ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp"),
 )
 register("torch_native", TORCHRUN, "steps.parallel.native.engine:PipelineEngine", ("pp",))
+register("torch_scratch", TORCHRUN, "steps.parallel.scratch.ep:ScratchEPEngine", ("ep",))
+register("torch_native", TORCHRUN, "steps.parallel.native.ep:NativeEPEngine", ("ep", "fsdp_ep"))
 register("jax_jit", JAX, "steps.parallel.jax.engine:JitEngine", _JAX_STRATEGIES)
-register("jax_shard_map", JAX, "steps.parallel.jax.engine:ShardMapEngine", _JAX_STRATEGIES)
+register("jax_shard_map", JAX, "steps.parallel.jax.engine:ShardMapEngine", _JAX_STRATEGIES + ("ep",))
 register("jax_lessons", JAX, "steps.parallel.jax.lessons:Lessons", tuple(STRATEGY_AXES))  # strategy unused
 
 

@@ -23,8 +23,11 @@ STRATEGY_AXES = {
     "pp": ("pp",),
     "dp_tp": ("dp", "tp"),
     "fsdp_tp": ("fsdp", "tp"),
+    "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
+    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (steps/parallel/ep.py)
+    "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
 }
-PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp"}
+PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}
 BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
 
 
@@ -70,6 +73,7 @@ class Plan:
             "mode": "exit",
             "diverge_rank": -1,
             "diverge_by": 1e-3,
+            "diverge_param": "",
             "hold_s": 0,
         }
     )
@@ -94,8 +98,18 @@ class Plan:
 
     @property
     def data_axis(self) -> str | None:
-        """The axis the batch is split on (dp or fsdp), if any."""
-        return next((a for a in ("dp", "fsdp") if a in self.mesh), None)
+        """The axis the batch is split on (dp, fsdp or ep), if any."""
+        return next((a for a in ("dp", "fsdp", "ep") if a in self.mesh), None)
+
+    @property
+    def data_axes(self) -> tuple[str, ...]:
+        """Every axis the batch is split over: dp and fsdp together under HSDP (dp_fsdp_tp)."""
+        return tuple(a for a in ("dp", "fsdp", "ep") if a in self.mesh)
+
+    @property
+    def data_size(self) -> int:
+        """Ranks that see different rows of the batch: the product of the data axes."""
+        return math.prod(self.axis(a) for a in self.data_axes)
 
     @property
     def pretty(self) -> str:
@@ -120,9 +134,9 @@ class Plan:
             )
         if any(int(v) < 1 for v in self.mesh.values()):
             raise PlanError(f"sharding.mesh sizes must be >= 1, got {self.mesh}")
-        dp = self.axis(self.data_axis) if self.data_axis else 1
+        dp = self.data_size
         if self.batch_size % dp:
-            raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axis size {dp}")
+            raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axes' size {dp}")
         if self.strategy == "pp":
             if self.schedule not in ("gpipe", "1f1b"):
                 raise PlanError(f"sharding.schedule {self.schedule!r}: use gpipe or 1f1b")
@@ -138,10 +152,25 @@ class Plan:
             raise PlanError(f"sharding.mlp.hidden {self.mlp['hidden']} must divide by tp={tp}")
         if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
             raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
+        if "ep" in self.mesh:
+            self._check_ep()
         if self.optimizer not in ("adam", "sgd"):
             raise PlanError(f"sharding.optimizer {self.optimizer!r}: use adam or sgd")
         if self.dtype not in ("float32", "float64"):
             raise PlanError(f"sharding.dtype {self.dtype!r}: use float32 or float64")
+
+    def _check_ep(self) -> None:
+        moe = self.gpt.get("moe") or {}
+        if self.model != "gpt" or not {"experts", "top_k"} <= set(moe):
+            raise PlanError("sharding: strategy ep needs model: gpt with gpt.moe: {experts: E, top_k: k}")
+        experts, ep = moe["experts"], self.axis("ep")
+        if experts % ep:
+            raise PlanError(f"sharding.gpt.moe.experts {experts} must divide by ep={ep} (each rank holds E/ep)")
+        if moe.get("capacity_factor") is not None:
+            raise PlanError(
+                "sharding: ep with gpt.moe.capacity_factor would drop by each rank's share of the batch, "
+                "not the global batch's as one device does; fix: capacity_factor: null"
+            )
 
     @property
     def state_tensors(self) -> int:

@@ -64,16 +64,17 @@ def maybe_fault(plan: Plan, rank: int, step: int, out: Path) -> None:
 
 
 @torch.no_grad()
-def maybe_diverge(plan: Plan, params, rank: int, step: int) -> None:
+def maybe_diverge(plan: Plan, named_params, rank: int, step: int) -> None:
     """Test fixture (fault.diverge_rank): after the optimizer step of fault.at_step, that rank adds
-    fault.diverge_by to one element of its first non-empty parameter (its replica or its shard), as
-    a bug in one replica's update would. The cell's parity check must fail."""
+    fault.diverge_by to one element of its first non-empty parameter whose name contains
+    fault.diverge_param ("" = any: its replica or its shard; "experts" = one of its own experts),
+    as a bug in one rank's update would. The cell's parity check must fail."""
     f = plan.fault
     if f.get("diverge_rank", -1) != rank or step != f.get("at_step", 1):
         return
-    for p in params:
+    for name, p in named_params:
         local = p.to_local() if hasattr(p, "to_local") else p
-        if local.numel():
+        if local.numel() and f.get("diverge_param", "") in name:
             local.view(-1)[0] += float(f.get("diverge_by", 1e-3))
             return
 
@@ -93,7 +94,8 @@ def run(plan: Plan, out: Path) -> dict:
     torch.manual_seed(plan.seed)
     engine = engines.load(plan)(plan, dtype)
     ref = comm.from_rank0(engine.reference() if rank == 0 else None)  # (losses, grads, final params)
-    params = [p for p in engine.model.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in engine.model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     opt = plan.optimizer_for(params)
     counter = comm.COUNTER
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
@@ -113,7 +115,7 @@ def run(plan: Plan, out: Path) -> dict:
         opt.step()
         device_sync()
         rec["step_s"].append(time.perf_counter() - t0)
-        maybe_diverge(plan, params, rank, step)
+        maybe_diverge(plan, named, rank, step)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
         for key, sent in counter.groups.items():  # per group of ranks: nodes.per_link's input

@@ -28,16 +28,28 @@ from steps import hardware
 from steps.parallel.jax.gpt import GPTBlocksModel
 from steps.parallel.jax.measure import hlo_comm, per_device_bytes, render_sharding
 from steps.parallel.jax.mlp import MLPModel
+from steps.parallel.jax.moe import MoEBlocksModel
 from steps.parallel.parity import max_delta, max_delta_shards
 from steps.parallel.plan import Plan
 
 MODELS = {"mlp": MLPModel, "gpt": GPTBlocksModel}
 
 
+def model_for(plan: Plan):
+    """The plan's JAX model: the MLP, our GPT's blocks, or (gpt.moe) MoE blocks."""
+    return MoEBlocksModel() if plan.model == "gpt" and plan.gpt.get("moe") else MODELS[plan.model]()
+
+
+def data_spec(plan: Plan):
+    """The batch's PartitionSpec: rows over every data axis (both dp and fsdp under HSDP)."""
+    return P(plan.data_axes) if plan.data_axes else P()
+
+
 def make_loss(plan: Plan, model, names, explicit: bool):
     """loss(params, x, y). explicit=True: the per-device body for shard_map."""
     specs = {k: model.spec(plan, k) for k in names}
     tp = "tp" if explicit and "tp" in plan.mesh else None
+    ep = {"ep": "ep"} if explicit and "ep" in plan.mesh else {}  # MoE blocks only: the all_to_all axis
     fsdp = explicit and "fsdp" in plan.mesh
 
     def gather(name, t):  # FSDP: all-gather the fsdp-sharded dim right before use
@@ -49,8 +61,8 @@ def make_loss(plan: Plan, model, names, explicit: bool):
         return t
 
     def loss(params, x, y):
-        local = jnp.mean((model.forward(plan, params, x, tp, gather) - y) ** 2)
-        return jax.lax.pmean(local, plan.data_axis) if explicit and plan.data_axis else local
+        local = jnp.mean((model.forward(plan, params, x, tp, gather, **ep) - y) ** 2)
+        return jax.lax.pmean(local, plan.data_axes) if explicit and plan.data_axes else local
 
     return loss
 
@@ -98,7 +110,7 @@ class JaxEngine:
     differ only in value_and_grad; by default the single-device loss, as jit alone compiles it."""
 
     def __init__(self, plan: Plan):
-        self.plan, self.model = plan, MODELS[plan.model]()
+        self.plan, self.model = plan, model_for(plan)
 
     def value_and_grad(self, names, mesh, sharded: bool):
         return jax.value_and_grad(make_loss(self.plan, self.model, names, explicit=False))
@@ -119,7 +131,7 @@ class JaxEngine:
             return jax.jit(step), None
         ps = {k: NamedSharding(mesh, model.spec(plan, k)) for k in names}
         st = {"m": ps, "v": ps} if plan.optimizer == "adam" else {"m": ps}
-        ds, rep = NamedSharding(mesh, P(plan.data_axis) if plan.data_axis else P()), NamedSharding(mesh, P())
+        ds, rep = NamedSharding(mesh, data_spec(plan)), NamedSharding(mesh, P())
         jitted = jax.jit(step, in_shardings=(ps, st, ds, ds, rep), out_shardings=(ps, st, rep, ps))
         return jitted, (ps, st, ds)
 
@@ -217,7 +229,7 @@ class ShardMapEngine(JaxEngine):
             return super().value_and_grad(names, mesh, sharded)
         plan, model = self.plan, self.model
         specs = {k: model.spec(plan, k) for k in names}
-        data = P(plan.data_axis) if plan.data_axis else P()
+        data = data_spec(plan)
         body = make_loss(plan, model, names, explicit=True)
 
         def grad_fn(params, x, y):

@@ -18,6 +18,7 @@ SPECS = {
     "fsdp_tp": {"w1": P("tp", "fsdp"), "b1": P(("tp", "fsdp")), "w2": P("fsdp", "tp"), "b2": P("fsdp")},
 }
 SPECS["dp_tp"] = SPECS["tp"]
+SPECS["dp_fsdp_tp"] = SPECS["fsdp_tp"]  # HSDP × TP: replicated over dp
 
 
 def remat(plan: Plan, f):

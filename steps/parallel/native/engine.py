@@ -37,6 +37,13 @@ class GPTEngine:
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.data_rank, self.data_size = 0, 1
 
+    def split_batch_over(self, mesh) -> None:
+        """This rank's place among the ranks that see different rows: row-major over the plan's data
+        axes (dp, then fsdp under HSDP; fsdp, then ep under fsdp_ep)."""
+        for axis in self.plan.data_axes:
+            self.data_rank = self.data_rank * self.plan.axis(axis) + mesh.get_local_rank(axis)
+        self.data_size = self.plan.data_size
+
     def batch(self, step: int, dtype):
         ids = gpt_batch(self.plan, step)
         return ids.chunk(self.data_size)[self.data_rank]
@@ -56,8 +63,7 @@ class NativeEngine(GPTEngine):
         super().__init__(plan, dtype)
         shape = gpt_mesh_shape(plan)
         self.mesh = init_device_mesh(_device_type(), tuple(shape.values()), mesh_dim_names=tuple(shape))
-        if plan.data_axis:
-            self.data_rank, self.data_size = self.mesh.get_local_rank(plan.data_axis), plan.axis(plan.data_axis)
+        self.split_batch_over(self.mesh)
         ref = full_model(plan, dtype)
         self.shapes = param_shapes(ref)
         if not shards_parameters(self.mesh):

@@ -3,7 +3,7 @@
   1. apply_tp    DTensor TP per block: q/k/v/c_fc ColwiseParallel, o_proj/c_proj RowwiseParallel
                  (+ SequenceParallel on the norms when plan.sequence_parallel)
   2. apply_fsdp  FSDP2 `fully_shard` per block, then the root; on a 2-D (replicate, shard) data
-                 mesh this is HSDP
+                 mesh this is HSDP (dp_fsdp_tp: mesh (dp, fsdp, tp), HSDP over (dp, fsdp) × TP)
      or apply_ddp  DistributedDataParallel, for a data axis that only replicates and no TP
                  (DDP does not compose with DTensor TP: dp×tp replicates with HSDP instead,
                  through a shard axis of size 1, torchtitan's dp_replicate; see gpt_mesh_shape)
@@ -29,7 +29,7 @@ from steps.parallel.plan import Plan
 def gpt_mesh_shape(plan: Plan) -> dict[str, int]:
     """The device mesh parallelize_gpt reads: the plan's, except dp×tp, which replicates with HSDP
     over (dp, shard=1): a reduce-scatter over one rank is free, the all-reduce is DP's 2Ψ."""
-    if "dp" in plan.mesh and "tp" in plan.mesh:
+    if "dp" in plan.mesh and "tp" in plan.mesh and "fsdp" not in plan.mesh:
         return {"dp": plan.axis("dp"), "shard": 1, "tp": plan.axis("tp")}
     return dict(plan.mesh)
 
@@ -102,7 +102,9 @@ def parallelize_gpt(model, mesh, plan: Plan):
     axes = mesh.mesh_dim_names
     if "tp" in axes:
         apply_tp(model, mesh["tp"], plan.sequence_parallel)
-    if "fsdp" in axes:
+    if "dp" in axes and "fsdp" in axes:  # HSDP: shard over fsdp, replicate over dp
+        apply_fsdp(model, mesh["dp", "fsdp"])
+    elif "fsdp" in axes:
         apply_fsdp(model, mesh["fsdp"])
     elif "shard" in axes:
         apply_fsdp(model, mesh["dp", "shard"])
