@@ -45,19 +45,22 @@ def _backend(ctx: StageRun) -> str:
 
 
 # ---- ops ---------------------------------------------------------------------------------------
-def matmul_vs_torch(backend: str, n: int, pairs: int):
-    """The backend's n×n×n matmul kernel against torch's (fp64, same threads), interleaved."""
+def matmul_vs_torch(backend: str, n: int, pairs: int) -> tuple:
+    """The backend's n×n×n matmul kernel against torch's (fp64, same threads), interleaved: the
+    speed ratio (with its interval) and each one's GFLOP/s from its median time."""
     import torch
 
     from steps.minitorch.tensor_data import TensorData
-    from steps.paired import compare
+    from steps.paired import interleave, ratio_of_pairs
 
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((1, n, n)) for _ in range(2))
     ta, tb = torch.from_numpy(a[0]), torch.from_numpy(b[0])
     a, b, out = TensorData.from_numpy(a), TensorData.from_numpy(b), TensorData.from_numpy(np.zeros((1, n, n)))
     kernel = backends.kernels(backend).matmul
-    return compare(lambda: kernel(*out.tuple(), *a.tuple(), *b.tuple()), lambda: ta @ tb, pairs=pairs, warmup=1)
+    ours, theirs = interleave(lambda: kernel(*out.tuple(), *a.tuple(), *b.tuple()), lambda: ta @ tb, pairs, warmup=1)
+    flops = 2 * n**3
+    return ratio_of_pairs(ours, theirs), flops / np.median(ours) / 1e9, flops / np.median(theirs) / 1e9
 
 
 def run_ops(ctx: StageRun, backend: str) -> dict:
@@ -74,15 +77,14 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
     if worst > ctx.params["op_tol"]:
         bad = {k: v for k, v in errors.items() if v > ctx.params["op_tol"]}
         raise RuntimeError(f"ops beyond {ctx.params['op_tol']:g} on {backend}: {bad}")
-    n = ctx.params["matmul_size"]
-    gflops = backends.matmul_gflops(backend, n, repeats=3)
-    peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
-    vs_torch = matmul_vs_torch(backend, n, ctx.params["matmul_pairs"])
+    vs_torch, gflops, torch_gflops = matmul_vs_torch(backend, ctx.params["matmul_size"], ctx.params["matmul_pairs"])
     ctx.set_tag("matmul_vs_torch", str(vs_torch))
+    peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
     return {
         "op_parity_err_max": worst,
         "ops_checked": len(errors),
         "matmul_gflops": gflops,
+        "torch_matmul_gflops": torch_gflops,
         "gemm_peak_gflops": peak,
         "matmul_of_peak": gflops / peak,
         **vs_torch.as_metrics("matmul_vs_torch"),
@@ -309,7 +311,7 @@ def run(ctx: StageRun) -> dict:
 
 # the columns each kind of cell fills (the rest stay empty in its row)
 KIND_COLUMNS = {
-    "ops": ["op parity (max err)", "matmul GFLOP/s", "of fp64 GEMM peak", "matmul × torch"],
+    "ops": ["op parity (max err)", "matmul GFLOP/s", "torch matmul GFLOP/s", "of fp64 GEMM peak", "matmul × torch"],
     "gpt": [
         "GPT logits err",
         "GPT grad err",
@@ -341,6 +343,7 @@ STAGE = Stage(
         "backend": "params.backend",
         "op parity (max err)": "metrics.op_parity_err_max",
         "matmul GFLOP/s": "metrics.matmul_gflops",
+        "torch matmul GFLOP/s": "metrics.torch_matmul_gflops",
         "of fp64 GEMM peak": "metrics.matmul_of_peak",
         "matmul × torch": "metrics.matmul_vs_torch",
         "GPT logits err": "metrics.gpt_logits_err",
