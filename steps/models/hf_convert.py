@@ -122,20 +122,31 @@ def ours_to_hf_state_dict(sd: dict) -> dict:
     return out
 
 
-def from_hf(hf_model) -> GPTLMHeadModel:
-    """Our GPTLMHeadModel with the weights, dtype and device of an HF GPT2LMHeadModel (built on
-    that device: an HF model on CUDA gives ours on the same GPU, where the caller's ids are)."""
+def ours_like(hf_model, config: GPTConfig, state_dict: dict) -> GPTLMHeadModel:
+    """Our GPTLMHeadModel of `config` holding `state_dict`, built with the dtype and on the device of
+    `hf_model` (an HF model on CUDA gives ours on the same GPU, where the caller's ids are)."""
     ref = next(hf_model.parameters())
     with torch.device(ref.device):
-        model = GPTLMHeadModel(config_from_hf(hf_model.config)).to(ref.dtype)
-    model.load_state_dict(hf_to_ours_state_dict(hf_model.state_dict()), strict=True)
+        model = GPTLMHeadModel(config).to(ref.dtype)
+    model.load_state_dict(state_dict, strict=True)
     return model
 
 
-def to_hf(model: GPTLMHeadModel):
-    ref = next(model.parameters())  # same dtype and device as ours
+def hf_like(model: GPTLMHeadModel, hf_class, hf_config):
+    """An HF model of `hf_class`/`hf_config` built with our model's dtype and on its device (the
+    caller loads the weights)."""
+    ref = next(model.parameters())
     with torch.device(ref.device):
-        hf = GPT2LMHeadModel(hf_config_from_ours(model.config)).to(ref.dtype)
+        return hf_class(hf_config).to(ref.dtype)
+
+
+def from_hf(hf_model) -> GPTLMHeadModel:
+    """Our GPTLMHeadModel with the weights, dtype and device of an HF GPT2LMHeadModel."""
+    return ours_like(hf_model, config_from_hf(hf_model.config), hf_to_ours_state_dict(hf_model.state_dict()))
+
+
+def to_hf(model: GPTLMHeadModel):
+    hf = hf_like(model, GPT2LMHeadModel, hf_config_from_ours(model.config))
     missing, unexpected = hf.load_state_dict(ours_to_hf_state_dict(model.state_dict()), strict=False)
     bad = [k for k in missing if not k.endswith(("attn.bias", "attn.masked_bias"))] + unexpected
     if bad:

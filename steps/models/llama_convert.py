@@ -21,6 +21,7 @@ import types
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from steps.models import hf_convert
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 
 _TOP = {"transformer.wte": "model.embed_tokens", "transformer.ln_f": "model.norm", "lm_head": "lm_head"}
@@ -120,17 +121,11 @@ def hf_config_from_ours(c: GPTConfig) -> LlamaConfig:
 
 def from_hf(hf_model) -> GPTLMHeadModel:
     """Ours with the weights, dtype and device of an HF LlamaForCausalLM."""
-    ref = next(hf_model.parameters())
-    with torch.device(ref.device):
-        model = GPTLMHeadModel(config_from_hf(hf_model.config)).to(ref.dtype)
-    model.load_state_dict(hf_to_ours_state_dict(hf_model.state_dict()), strict=True)
-    return model
+    return hf_convert.ours_like(hf_model, config_from_hf(hf_model.config), hf_to_ours_state_dict(hf_model.state_dict()))
 
 
 def to_hf(model: GPTLMHeadModel) -> LlamaForCausalLM:
-    ref = next(model.parameters())
-    with torch.device(ref.device):
-        hf = LlamaForCausalLM(hf_config_from_ours(model.config)).to(ref.dtype)
+    hf = hf_convert.hf_like(model, LlamaForCausalLM, hf_config_from_ours(model.config))
     hf.load_state_dict(ours_to_hf_state_dict(model.state_dict()), strict=True)
     return hf.eval()
 

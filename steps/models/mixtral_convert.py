@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from transformers import MixtralConfig, MixtralForCausalLM
 from transformers.models.mixtral import modeling_mixtral
 
-from steps.models import llama_convert
+from steps.models import hf_convert, llama_convert
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 
 # HF computes the load-balancing loss only when asked (and its masked variant fails under generate's
@@ -139,17 +139,11 @@ def hf_config_from_ours(c: GPTConfig) -> MixtralConfig:
 
 def from_hf(hf_model) -> GPTLMHeadModel:
     """Ours with the weights, dtype and device of an HF MixtralForCausalLM."""
-    ref = next(hf_model.parameters())
-    with torch.device(ref.device):
-        model = GPTLMHeadModel(config_from_hf(hf_model.config)).to(ref.dtype)
-    model.load_state_dict(hf_to_ours_state_dict(hf_model.state_dict()), strict=True)
-    return model
+    return hf_convert.ours_like(hf_model, config_from_hf(hf_model.config), hf_to_ours_state_dict(hf_model.state_dict()))
 
 
 def to_hf(model: GPTLMHeadModel) -> MixtralForCausalLM:
-    ref = next(model.parameters())
-    with torch.device(ref.device):
-        hf = MixtralForCausalLM(hf_config_from_ours(model.config)).to(ref.dtype)
+    hf = hf_convert.hf_like(model, MixtralForCausalLM, hf_config_from_ours(model.config))
     hf.load_state_dict(ours_to_hf_state_dict(model.state_dict()), strict=True)
     return hf.eval()
 
