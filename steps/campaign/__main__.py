@@ -1,0 +1,109 @@
+"""`python -m steps.campaign [--rehearse] [--budget S] [--out DIR] [--wheels DIR]` (scripts/gpu-campaign).
+
+Only the standard library is imported before the wheel step: the packages it installs (mlflow,
+jsonschema, ...) must be importable by everything after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from steps.campaign.wheels import install_wheels
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = {False: ROOT / "configs" / "gpu-campaign.yaml", True: ROOT / "configs" / "gpu-rehearse.yaml"}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="scripts/gpu-campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes (configs/gpu-rehearse.yaml)")
+    ap.add_argument("--config", type=Path, help="campaign file (default: configs/gpu-campaign.yaml, or -rehearse)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 540)")
+    ap.add_argument("--out", type=Path, help="where results/, campaign.json and docs/results/ go ($OUT, else results/campaign)")
+    ap.add_argument("--wheels", type=Path, help="a folder of wheels to install first (scripts/missing_wheels.sh)")
+    ap.add_argument("--site", type=Path, help="where the wheels go (default: OUT/../.campaign-site, outside $OUT)")
+    ap.add_argument("--groups", nargs="+", metavar="GROUP", help="run only these plan groups (a second call: gpt_parity gpt_train ...)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    t0, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    command = shlex.join(["scripts/gpu-campaign", *(sys.argv[1:] if argv is None else argv)])
+    args = parse(argv)
+    out = (args.out or Path(os.environ.get("OUT") or ROOT / "results" / "campaign")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # the jobs run in `out`: they import this checkout's `steps` (the GPU image has no editable install)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    site = args.site or Path(os.environ.get("TMPDIR", "/tmp")) / "n00bgpt-campaign-site"
+    wheels = install_wheels(args.wheels, site)
+    print("\n".join(wheels.lines()), flush=True)
+
+    from steps.campaign.plan import build_plan, load_campaign
+    from steps.campaign.record import environment, write_record
+    from steps.campaign.run import Ledger, run_plan, run_report
+    from steps.config import ConfigError
+    from steps.tracking import lab as lab_run
+    from steps.tracking.mlflow_run import LAB_RUN_ENV
+    from steps.tracking.provenance import git_commit
+
+    config = args.config or CONFIGS[args.rehearse]
+    try:
+        settings, lab = load_campaign(config)
+        if args.rehearse and lab["device"] != "cpu":
+            raise ConfigError(f"{config}: a rehearsal runs on the CPU (device: cpu), got device: {lab['device']}")
+        env = environment()
+        if lab["device"] == "cuda" and "gpus" not in env:
+            raise ConfigError(f"{config} asks for CUDA and this machine has none: rehearse with --rehearse")
+        plan = build_plan(lab, settings)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"gpu-campaign: {exc}", file=sys.stderr)
+        return 2
+    budget = args.budget or settings["budget_s"]
+    uri = lab["tracking"]["uri"] or f"sqlite:///{out / 'results' / 'mlflow.db'}"
+    lab["tracking"]["uri"] = uri
+    plan = build_plan(lab, settings)  # again, with the store's URI in every job's config
+    if args.groups:
+        groups = {c.group for c in plan}
+        unknown = sorted(set(args.groups) - groups)
+        if unknown:
+            print(f"gpu-campaign: --groups {unknown} unknown; the plan's groups: {sorted(groups)}", file=sys.stderr)
+            return 2
+        plan = [c for c in plan if c.group in args.groups]
+    for c in plan:
+        print(f"  {c.group:>16}  {c.name}{f'  [skipped: {c.skip}]' if c.skip else ''}")
+    if args.dry_run:
+        return 0
+
+    facts = {
+        "command": command,
+        "config": str(config),
+        "rehearse": args.rehearse,
+        "budget_s": budget,
+        "started_utc": started,
+        "commit": git_commit(),
+        "env": env,
+        "wheels": wheels.lines() if args.wheels else [],
+        "settings": settings,
+    }
+    ledger = Ledger(out, facts, plan)
+    (out / "results").mkdir(exist_ok=True)
+    os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, command)
+    attempted = run_plan(out, lab, plan, settings, budget - (time.monotonic() - t0), ledger)
+    run_report(out, lab, attempted, ledger, settings["report_reserve_s"])
+    lab_run.close(uri, os.environ[LAB_RUN_ENV], "FINISHED")
+    ledger.data["wall_s"] = round(time.monotonic() - t0, 1)
+    ledger.save()
+    path = write_record(out)
+    print(f"record: {path}\nledger: {ledger.path}\nreport: {out / 'results' / 'reports' / 'index.md'}")
+    print(f"wall {ledger.data['wall_s']:.0f} s of a {budget:.0f} s budget")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
