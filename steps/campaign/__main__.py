@@ -24,10 +24,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes (configs/gpu-rehearse.yaml)")
     ap.add_argument("--config", type=Path, help="campaign file (default: configs/gpu-campaign.yaml, or -rehearse)")
     ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 540)")
-    ap.add_argument("--out", type=Path, help="where results/, campaign.json and docs/results/ go ($OUT, else results/campaign)")
+    ap.add_argument("--out", type=Path, help="the output folder ($OUT, else results/campaign)")
     ap.add_argument("--wheels", type=Path, help="a folder of wheels to install first (scripts/missing_wheels.sh)")
-    ap.add_argument("--site", type=Path, help="where the wheels go (default: OUT/../.campaign-site, outside $OUT)")
-    ap.add_argument("--groups", nargs="+", metavar="GROUP", help="run only these plan groups (a second call: gpt_parity gpt_train ...)")
+    ap.add_argument("--site", type=Path, help="where the wheels go (default: $TMPDIR/n00bgpt-campaign-site)")
+    ap.add_argument("--groups", nargs="+", metavar="GROUP", help="only these plan groups (e.g. a second call)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     return ap.parse_args(argv)
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rehearse and lab["device"] != "cpu":
             raise ConfigError(f"{config}: a rehearsal runs on the CPU (device: cpu), got device: {lab['device']}")
         env = environment()
-        if lab["device"] == "cuda" and "gpus" not in env:
+        if lab["device"] == "cuda" and "gpus" not in env and not args.dry_run:
             raise ConfigError(f"{config} asks for CUDA and this machine has none: rehearse with --rehearse")
         plan = build_plan(lab, settings)
     except (ConfigError, FileNotFoundError) as exc:

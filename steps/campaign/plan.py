@@ -34,7 +34,8 @@ import yaml
 from steps.config import ROOT, ConfigError, cell_config, cells, load_config
 from steps.config.ladder import ladder_cells
 
-SETTINGS = {"configs": [], "perf_table": [], "budget_s": 540, "report_reserve_s": 45, "cell_cap_s": 300, "min_cell_s": 10}
+SETTINGS = {"configs": [], "perf_table": [], "budget_s": 540, "report_reserve_s": 45, "cell_cap_s": 300}
+SETTINGS["min_cell_s"] = 10
 DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer"}  # = rules/data.smk
 NEEDS_CUDA = "needs CUDA"
 
@@ -165,7 +166,7 @@ def minitorch_cells(lab: dict, device: str) -> list[Cell]:
         return [Cell("minitorch", "cuda", "minitorch", {}, skip="steps.minitorch not present")]
     if "minitorch" not in lab:
         return [Cell("minitorch", "cuda", "minitorch", {}, skip="no minitorch section in the lab config")]
-    names = [n for n in cells(lab, "minitorch") if (cell_config(lab, "minitorch", n)["params"].get("backend")) == "cuda"]
+    names = [n for n in cells(lab, "minitorch") if cell_config(lab, "minitorch", n)["params"].get("backend") == "cuda"]
     out = [job(lab, "minitorch", n, "minitorch") for n in names or cells(lab, "minitorch")]
     for c in out:
         c.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (miniTorch's cuda backend)"

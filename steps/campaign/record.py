@@ -85,7 +85,8 @@ def record_name(facts: dict) -> str:
     device = facts["env"]["device"]
     device = "cpu" if device.startswith("CPU") else device.removeprefix("NVIDIA ")
     commit = facts.get("commit", "unknown")
-    return f"{facts['started_utc'][:10]}-{slug(device)}-{commit.split('-')[0][:10]}{'-dirty' * commit.endswith('-dirty')}.md"
+    dirty = "-dirty" if commit.endswith("-dirty") else ""
+    return f"{facts['started_utc'][:10]}-{slug(device)}-{commit.split('-')[0][:10]}{dirty}.md"
 
 
 def cell_records(out: Path) -> dict[str, dict]:
@@ -198,6 +199,10 @@ def not_run(facts: dict, recs: dict[str, dict]) -> pd.DataFrame:
     return df
 
 
+def gpu_facts(env: dict) -> str:
+    return f" ({env['device_memory_gib']} GiB, compute capability {env['compute_capability']})" if "gpus" in env else ""
+
+
 def render(out: Path) -> tuple[str, str]:
     """(file name, Markdown) of the record of the campaign (or DAG) folder `out`."""
     facts, recs = facts_of(out), cell_records(out)
@@ -206,9 +211,9 @@ def render(out: Path) -> tuple[str, str]:
     lines = [
         f"# Results record: {facts['started_utc'][:10]}, {env['device']}, commit {facts.get('commit', 'unknown')}",
         "",
-        f"- **device**: {env['device']}"
-        + (f" ({env['device_memory_gib']} GiB, compute capability {env['compute_capability']})" if "gpus" in env else ""),
-        f"- **driver**: {env.get('driver')}; CUDA (torch build): {env.get('cuda')}; host {env.get('host')}, CPU {env.get('cpu')}",
+        f"- **device**: {env['device']}{gpu_facts(env)}",
+        f"- **driver**: {env.get('driver')}; CUDA (torch build): {env.get('cuda')}",
+        f"- **host**: {env.get('host')}, CPU {env.get('cpu')}",
         f"- **versions**: {versions}",
         f"- **command**: `{facts.get('command')}`",
         f"- **started**: {facts['started_utc']}"

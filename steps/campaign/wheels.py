@@ -49,7 +49,8 @@ class WheelReport:
     def lines(self) -> list[str]:
         if not self.folder:
             return ["wheels: none given (the image must hold every package)"]
-        out = [f"wheels from {self.folder}: {len(self.installed)} installed into {self.site}, {len(self.skipped)} skipped"]
+        n, k = len(self.installed), len(self.skipped)
+        out = [f"wheels from {self.folder}: {n} installed into {self.site}, {k} skipped"]
         out += [f"  installed {w}" for w in self.installed]
         out += [f"  skipped {w}" for w in self.skipped]
         return out + ([f"  FAILED: {self.error}"] if self.error else [])
