@@ -53,12 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from steps.campaign.plan import build_plan, load_campaign
-    from steps.campaign.record import environment, write_record
-    from steps.campaign.run import Ledger, run_plan, run_report
+    from steps.campaign.record import environment
     from steps.config import ConfigError
-    from steps.tracking import lab as lab_run
-    from steps.tracking.mlflow_run import LAB_RUN_ENV
-    from steps.tracking.provenance import git_commit
 
     config = args.config or CONFIGS[args.rehearse]
     try:
@@ -68,49 +64,64 @@ def main(argv: list[str] | None = None) -> int:
         env = environment()
         if lab["device"] == "cuda" and "gpus" not in env and not args.dry_run:
             raise ConfigError(f"{config} asks for CUDA and this machine has none: rehearse with --rehearse")
-        plan = build_plan(lab, settings)
+        # every job writes to the campaign's own store, nested under its lab run
+        lab["tracking"]["uri"] = lab["tracking"]["uri"] or f"sqlite:///{out / 'results' / 'mlflow.db'}"
+        plan = select_groups(build_plan(lab, settings), args.groups)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"gpu-campaign: {exc}", file=sys.stderr)
         return 2
-    budget = args.budget or settings["budget_s"]
-    uri = lab["tracking"]["uri"] or f"sqlite:///{out / 'results' / 'mlflow.db'}"
-    lab["tracking"]["uri"] = uri
-    plan = build_plan(lab, settings)  # again, with the store's URI in every job's config
-    if args.groups:
-        groups = {c.group for c in plan}
-        unknown = sorted(set(args.groups) - groups)
-        if unknown:
-            print(f"gpu-campaign: --groups {unknown} unknown; the plan's groups: {sorted(groups)}", file=sys.stderr)
-            return 2
-        plan = [c for c in plan if c.group in args.groups]
     for c in plan:
         print(f"  {c.group:>16}  {c.name}{f'  [skipped: {c.skip}]' if c.skip else ''}")
     if args.dry_run:
         return 0
-
     facts = {
         "command": command,
         "config": str(config),
         "rehearse": args.rehearse,
-        "budget_s": budget,
+        "budget_s": args.budget or settings["budget_s"],
         "started_utc": started,
-        "commit": git_commit(),
         "env": env,
         "wheels": wheels.lines() if args.wheels else [],
         "settings": settings,
     }
-    ledger = Ledger(out, facts, plan)
+    return campaign(out, lab, plan, settings, facts, t0)
+
+
+def select_groups(plan: list, groups: list[str] | None) -> list:
+    if not groups:
+        return plan
+    from steps.config import ConfigError
+
+    known = {c.group for c in plan}
+    if set(groups) - known:
+        raise ConfigError(f"--groups {sorted(set(groups) - known)} unknown; the plan's groups: {sorted(known)}")
+    return [c for c in plan if c.group in groups]
+
+
+def campaign(out: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: float) -> int:
+    """Run the plan under one lab run, then the report and the record; 1 if a job failed."""
+    from steps.campaign.record import write_record
+    from steps.campaign.run import Ledger, run_plan, run_report
+    from steps.tracking import lab as lab_run
+    from steps.tracking.mlflow_run import LAB_RUN_ENV
+    from steps.tracking.provenance import git_commit
+
+    uri, budget = lab["tracking"]["uri"], facts["budget_s"]
+    ledger = Ledger(out, {**facts, "commit": git_commit()}, plan)
     (out / "results").mkdir(exist_ok=True)
-    os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, command)
+    os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, facts["command"])  # creates the store before any job
     attempted = run_plan(out, lab, plan, settings, budget - (time.monotonic() - t0), ledger)
     run_report(out, lab, attempted, ledger, settings["report_reserve_s"])
-    lab_run.close(uri, os.environ[LAB_RUN_ENV], "FINISHED")
+    statuses = [e["status"] for e in ledger.data["cells"].values()] + [ledger.data["report"]["status"]]
+    failed = statuses.count("failed")
+    lab_run.close(uri, os.environ[LAB_RUN_ENV], "FAILED" if failed else "FINISHED")
     ledger.data["wall_s"] = round(time.monotonic() - t0, 1)
     ledger.save()
     path = write_record(out)
     print(f"record: {path}\nledger: {ledger.path}\nreport: {out / 'results' / 'reports' / 'index.md'}")
-    print(f"wall {ledger.data['wall_s']:.0f} s of a {budget:.0f} s budget")
-    return 0
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("ok", "skipped", "failed", "timeout", "not run"))
+    print(f"wall {ledger.data['wall_s']:.0f} s of a {budget:.0f} s budget; cells: {counts}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ def run_cell(out: Path, c: Cell, timeout: float, env: dict) -> tuple[str, str, f
     log = out / "results" / "logs" / c.stage / f"{c.cell}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     (out / c.metrics).parent.mkdir(parents=True, exist_ok=True)
+    for old in (out / c.metrics, (out / c.metrics).with_name("failed.json")):  # an earlier campaign's, same folder
+        old.unlink(missing_ok=True)
     t0 = time.monotonic()
     with open(log, "w") as fh:
         proc = subprocess.Popen(c.argv(), cwd=out, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
