@@ -187,7 +187,7 @@ def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
 
 def not_run(facts: dict, recs: dict[str, dict]) -> pd.DataFrame:
     """Every planned (ledger) or recorded cell that did not finish ok, with its reason."""
-    rows = {n: (r.get("status"), r.get("reason", "")) for n, r in recs.items() if r.get("status") != "ok"}
+    rows = {n: (r["status"], r.get("reason", "").removeprefix("skipped: ")) for n, r in recs.items() if r["status"] != "ok"}
     for name, e in (facts.get("cells") or {}).items():  # the ledger knows timeouts and what never started
         if e.get("status") in ("planned", "running"):
             rows[name] = ("not run", "the campaign stopped before it finished")

@@ -50,7 +50,7 @@ def job_status(out: Path, c: Cell) -> tuple[str, str]:
     metrics = out / c.metrics
     if metrics.exists():
         rec = json.loads(metrics.read_text())
-        return rec["status"], rec.get("reason", "")
+        return rec["status"], rec.get("reason", "").removeprefix("skipped: ")
     failed = metrics.with_name("failed.json")
     if failed.exists():
         return "failed", json.loads(failed.read_text()).get("error", "")
