@@ -187,13 +187,13 @@ def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
 
 def not_run(facts: dict, recs: dict[str, dict]) -> pd.DataFrame:
     """Every planned (ledger) or recorded cell that did not finish ok, with its reason."""
-    rows = {n: (r["status"], r.get("reason", "").removeprefix("skipped: ")) for n, r in recs.items() if r["status"] != "ok"}
+    rows = {n: (r["status"], r.get("reason", "")) for n, r in recs.items() if r["status"] != "ok"}
     for name, e in (facts.get("cells") or {}).items():  # the ledger knows timeouts and what never started
         if e.get("status") in ("planned", "running"):
             rows[name] = ("not run", "the campaign stopped before it finished")
         elif e.get("status") != "ok":
             rows[name] = (e["status"], e.get("reason", ""))
-    rows = [{"cell": n, "status": st, "reason": why} for n, (st, why) in rows.items()]
+    rows = [{"cell": n, "status": st, "reason": str(why).removeprefix("skipped: ")} for n, (st, why) in rows.items()]
     df = pd.DataFrame(rows, columns=["cell", "status", "reason"])
     df["reason"] = df["reason"].astype(str).str.split("\n").str[0].str[:200]
     return df
