@@ -21,7 +21,7 @@ from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
 from steps.tracking import store
 
-from .conftest import ROOT, clean_env, mlflow_runs
+from tests.conftest import ROOT, clean_env, mlflow_runs
 
 REHEARSE = ROOT / "configs" / "gpu-rehearse.yaml"
 
