@@ -20,7 +20,6 @@ from steps.campaign.record import write_record
 from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
 from steps.tracking import store
-
 from tests.conftest import ROOT, clean_env, mlflow_runs
 
 REHEARSE = ROOT / "configs" / "gpu-rehearse.yaml"
