@@ -156,9 +156,20 @@ def value(rec: dict, ref: str):
     return (rec.get(kind) or {}).get(key)
 
 
+def ladder_order(rec: dict) -> tuple:
+    """Ladder cells by shape: baseline, cumulative rungs in order, single changes (desc as
+    steps/config/ladder.py writes it); then the hand-written cells."""
+    desc = value(rec, "info.desc") or ""
+    m = re.match(r"(\w+): (?:baseline \(ladder step 0\)|ladder step (\d+),|.*\(single change\)$)", desc)
+    if not m:
+        return (1, "", 0, 0)
+    kind = 0 if desc.endswith("(ladder step 0)") else (1 if m.group(2) else 2)
+    return (0, m.group(1), kind, int(m.group(2) or 0))
+
+
 def perf_table(recs: dict[str, dict]) -> pd.DataFrame:
     rows = []
-    for name, rec in recs.items():
+    for name, rec in sorted(recs.items(), key=lambda kv: ladder_order(kv[1])):
         if not name.startswith("perf/") or rec.get("status") != "ok":
             continue
         row = {"cell": name.removeprefix("perf/"), "what": value(rec, "info.desc")}
