@@ -44,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     # the jobs run in `out`: they import this checkout's `steps` (the GPU image has no editable install)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     site = args.site or Path(os.environ.get("TMPDIR", "/tmp")) / "n00bgpt-campaign-site"
-    wheels = install_wheels(args.wheels, site)
+    try:
+        wheels = install_wheels(args.wheels, site)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"gpu-campaign: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(wheels.lines()), flush=True)
     lacking = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if wheels.error or lacking:
