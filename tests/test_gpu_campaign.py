@@ -19,6 +19,7 @@ from steps.campaign import plan as campaign_plan
 from steps.campaign.record import write_record
 from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
+from steps.tables import fmt
 from steps.tracking import store
 from tests.conftest import ROOT, clean_env, mlflow_runs
 
@@ -152,7 +153,8 @@ def test_record_writer_on_a_finished_smoke_store(smoke_dag, tmp_path):
     assert base["status"] == "ok"
     row = next(line for line in text.splitlines() if line.startswith("| baseline |"))
     m = base["metrics"]
-    assert f"{m['speedup']:.3g} [{m['speedup_low']:.3g}, {m['speedup_high']:.3g}]" in row
+    assert f"{fmt(m['speedup'], 3)} [{fmt(m['speedup_low'], 3)}, {fmt(m['speedup_high'], 3)}]" in row
+    assert f"| {fmt(m['tokens_per_s'])} | {fmt(m['tokens_per_s_p10'])} | {fmt(m['tokens_per_s_p90'])} |" in row
     assert "no campaign.json" in text and "snakemake" in text  # the lab run's command
     assert "| perf/tf32 | skipped | needs CUDA" in text
     for stage in ("gpt_parity", "gpt_train"):
@@ -194,5 +196,5 @@ def test_rehearsal_end_to_end(tmp_path):
     text = record.read_text()
     lead = json.loads((out / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
     row = next(line for line in text.splitlines() if line.startswith("| t32_ladder_fused_ce |"))
-    assert f"{lead['speedup']:.3g} [{lead['speedup_low']:.3g}, {lead['speedup_high']:.3g}]" in row
+    assert f"{fmt(lead['speedup'], 3)} [{fmt(lead['speedup_low'], 3)}, {fmt(lead['speedup_high'], 3)}]" in row
     assert "scripts/gpu-campaign --rehearse" in text and "| minitorch/cuda | skipped |" in text

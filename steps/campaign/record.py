@@ -161,8 +161,8 @@ def ladder_order(rec: dict) -> tuple:
     steps/config/ladder.py writes it); then the hand-written cells."""
     desc = value(rec, "info.desc") or ""
     m = re.match(r"(\w+): (?:baseline \(ladder step 0\)|ladder step (\d+),|.*\(single change\)$)", desc)
-    if not m:
-        return (1, "", 0, 0)
+    if not m:  # the section's baseline cell first
+        return (1, "", 0 if rec["cell"] == (value(rec, "info.params") or {}).get("baseline_cell") else 1, 0)
     kind = 0 if desc.endswith("(ladder step 0)") else (1 if m.group(2) else 2)
     return (0, m.group(1), kind, int(m.group(2) or 0))
 
