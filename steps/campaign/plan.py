@@ -33,10 +33,17 @@ from pathlib import Path
 import yaml
 
 from steps.config import ROOT, ConfigError, cell_config, cells, load_config
+from steps.config.base import deep_merge
 from steps.config.ladder import ladder_cells
 
-SETTINGS = {"configs": [], "perf_table": [], "budget_s": 540, "report_reserve_s": 45, "cell_cap_s": 300}
-SETTINGS["min_cell_s"] = 10
+SETTINGS = {  # the `campaign:` section's keys and defaults
+    "configs": [],  # lab configs layered on configs/default.yaml before the campaign file
+    "perf_table": [],  # the hand-written perf cells to run (empty: all that perf.select keeps)
+    "budget_s": 540,  # the whole campaign, setup and record included (--budget)
+    "report_reserve_s": 60,  # kept from the start for the report job
+    "cell_cap_s": 300,  # no one cell gets more, whatever is left
+    "min_cell_s": 10,  # less left than this: nothing more starts
+}
 DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer"}  # = rules/data.smk
 NEEDS_CUDA = "needs CUDA"
 # distributions a stage's job needs beyond the campaign's own (mlflow, jsonschema, torch, pandas):
@@ -90,14 +97,8 @@ def load_campaign(path: str | Path, overrides: dict | None = None) -> tuple[dict
     if unknown:
         raise ConfigError(f"{path}: campaign keys {unknown} are unknown (allowed: {sorted(SETTINGS)})")
     layers = [ROOT / "configs" / "default.yaml", *(ROOT / c for c in settings["configs"])]
-    lab = load_config(*layers, overrides=_merge(raw, overrides or {}))
+    lab = load_config(*layers, overrides=deep_merge(raw, overrides or {}))
     return settings, lab
-
-
-def _merge(a: dict, b: dict) -> dict:
-    from steps.config.base import deep_merge
-
-    return deep_merge(a, b)
 
 
 def job(lab: dict, stage: str, cell: str, group: str, **kw) -> Cell:
