@@ -181,9 +181,9 @@ def test_rehearsal_end_to_end(tmp_path):
         assert cells[name]["status"] == "ok", (name, cells[name])
     for name in ("perf/t32_ladder_cuda_graphs", "perf/tf32", "perf/amp_fp16", "perf/fused_triton", "components/main"):
         assert cells[name]["status"] == "skipped" and cells[name]["reason"].startswith("needs CUDA"), name
-    mini = cells["minitorch/cuda"]
-    assert mini["status"] == "skipped"
-    assert mini["reason"] == "steps.minitorch not present" or mini["reason"].startswith("needs CUDA")
+    minitorch = [e for e in cells.values() if e["stage"] == "minitorch"]  # its cuda cells, or a placeholder
+    assert minitorch and all(e["status"] == "skipped" for e in minitorch)
+    assert all(e["reason"] == "steps.minitorch not present" or e["reason"].startswith("needs CUDA") for e in minitorch)
     assert ledger["report"]["status"] == "ok" and (out / "results/reports/index.md").exists()
     # the cells' runs in the real MLflow store, nested under the campaign's lab run
     runs = mlflow_runs(out)
@@ -197,4 +197,4 @@ def test_rehearsal_end_to_end(tmp_path):
     lead = json.loads((out / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
     row = next(line for line in text.splitlines() if line.startswith("| t32_ladder_fused_ce |"))
     assert f"{fmt(lead['speedup'], 3)} [{fmt(lead['speedup_low'], 3)}, {fmt(lead['speedup_high'], 3)}]" in row
-    assert "scripts/gpu-campaign --rehearse" in text and "| minitorch/cuda | skipped |" in text
+    assert "scripts/gpu-campaign --rehearse" in text and re.search(r"\| minitorch/\w+ \| skipped \|", text)

@@ -171,16 +171,21 @@ def minitorch_present() -> bool:
     return spec is not None and spec.origin is not None and Path(spec.origin).is_relative_to(ROOT / "steps")
 
 
-def minitorch_cells(lab: dict, device: str) -> list[Cell]:
-    """The miniTorch `cuda` backend's cells, or one placeholder saying why there are none."""
+def minitorch_cells(lab: dict, device: str, data: list[Cell]) -> list[Cell]:
+    """The miniTorch `cuda` backend's cells (those of minitorch.select with backend cuda), each
+    with the corpus and tokenizer its rule gives it (rules/minitorch.smk), or one placeholder
+    saying why there are none."""
     if not minitorch_present():
         return [Cell("minitorch", "cuda", "minitorch", {}, skip="steps.minitorch not present")]
-    if "minitorch" not in lab:
-        return [Cell("minitorch", "cuda", "minitorch", {}, skip="no minitorch section in the lab config")]
-    names = [n for n in cells(lab, "minitorch") if cell_config(lab, "minitorch", n)["params"].get("backend") == "cuda"]
-    out = [job(lab, "minitorch", n, "minitorch") for n in names or cells(lab, "minitorch")]
-    for c in out:
+    names = [n for n in cells(lab, "minitorch") if cell_config(lab, "minitorch", n)["params"]["backend"] == "cuda"]
+    if not names:
+        return [Cell("minitorch", "cuda", "minitorch", {}, skip="no minitorch cell with backend cuda selected")]
+    out = []
+    for n in names:
+        c = job(lab, "minitorch", n, "minitorch", inputs=dict(zip(("corpus", "tokenizer"), DATA.values())))
+        c.after = [d.name for d in data]
         c.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (miniTorch's cuda backend)"
+        out.append(c)
     return out
 
 
@@ -219,7 +224,7 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
     plan += [corpus, tok, train]
     parity = job(lab, "components", "main", "triton")
     parity.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (the Triton kernels' parity rows run on the GPU)"
-    plan += triton + [parity] + minitorch_cells(lab, device)
+    plan += triton + [parity] + minitorch_cells(lab, device, [corpus, tok])
     require_packages(plan)
     names = [c.name for c in plan]
     dup = sorted({n for n in names if names.count(n) > 1})
