@@ -1,0 +1,132 @@
+"""`python -m steps.campaign [--rehearse] [--budget S] [--out DIR] [--wheels DIR]` (scripts/gpu-campaign).
+
+Only the standard library is imported before the wheel step: the packages it installs (mlflow,
+jsonschema, ...) must be importable by everything after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from steps.campaign.wheels import install_wheels
+
+ROOT = Path(__file__).resolve().parents[2]
+NEEDED = ("yaml", "jsonschema", "mlflow", "pandas", "torch", "tqdm")  # what every cell and this command import
+PACKAGES = "scripts/gpu-image-packages.txt"  # the GPU image's packages: HAVE.txt for missing_wheels.sh
+CONFIGS = {False: ROOT / "configs" / "gpu-campaign.yaml", True: ROOT / "configs" / "gpu-rehearse.yaml"}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="scripts/gpu-campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes (configs/gpu-rehearse.yaml)")
+    ap.add_argument("--config", type=Path, help="campaign file (default: configs/gpu-campaign.yaml, or -rehearse)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 540)")
+    ap.add_argument("--out", type=Path, help="the output folder ($OUT, else results/campaign)")
+    ap.add_argument("--wheels", type=Path, help="a folder of wheels to install first (scripts/missing_wheels.sh)")
+    ap.add_argument("--site", type=Path, help="where the wheels go (default: $TMPDIR/n00bgpt-campaign-site)")
+    ap.add_argument("--groups", nargs="+", metavar="GROUP", help="only these plan groups (e.g. a second call)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    t0, started = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    command = shlex.join(["scripts/gpu-campaign", *(sys.argv[1:] if argv is None else argv)])
+    args = parse(argv)
+    out = (args.out or Path(os.environ.get("OUT") or ROOT / "results" / "campaign")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # the jobs run in `out`: they import this checkout's `steps` (the GPU image has no editable install)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    site = args.site or Path(os.environ.get("TMPDIR", "/tmp")) / "n00bgpt-campaign-site"
+    try:
+        wheels = install_wheels(args.wheels, site)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"gpu-campaign: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(wheels.lines()), flush=True)
+    lacking = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if wheels.error or lacking:
+        print(f"gpu-campaign: {wheels.error or 'this Python lacks ' + ', '.join(lacking)}", file=sys.stderr)
+        print(f"  fix: --wheels DIR from scripts/missing_wheels.sh {PACKAGES} DIR", file=sys.stderr)
+        return 2
+
+    from steps.campaign.plan import build_plan, load_campaign
+    from steps.campaign.record import environment
+    from steps.config import ConfigError
+
+    config = args.config or CONFIGS[args.rehearse]
+    try:
+        settings, lab = load_campaign(config)
+        if args.rehearse and lab["device"] != "cpu":
+            raise ConfigError(f"{config}: a rehearsal runs on the CPU (device: cpu), got device: {lab['device']}")
+        env = environment()
+        if lab["device"] == "cuda" and "gpus" not in env and not args.dry_run:
+            raise ConfigError(f"{config} asks for CUDA and this machine has none: rehearse with --rehearse")
+        # every job writes to the campaign's own store, nested under its lab run
+        lab["tracking"]["uri"] = lab["tracking"]["uri"] or f"sqlite:///{out / 'results' / 'mlflow.db'}"
+        plan = select_groups(build_plan(lab, settings), args.groups)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"gpu-campaign: {exc}", file=sys.stderr)
+        return 2
+    for c in plan:
+        print(f"  {c.group:>16}  {c.name}{f'  [skipped: {c.skip}]' if c.skip else ''}")
+    if args.dry_run:
+        return 0
+    facts = {
+        "command": command,
+        "config": str(config),
+        "rehearse": args.rehearse,
+        "budget_s": args.budget or settings["budget_s"],
+        "started_utc": started,
+        "env": env,
+        "wheels": wheels.lines() if args.wheels else [],
+        "settings": settings,
+    }
+    return campaign(out, lab, plan, settings, facts, t0)
+
+
+def select_groups(plan: list, groups: list[str] | None) -> list:
+    if not groups:
+        return plan
+    from steps.config import ConfigError
+
+    known = {c.group for c in plan}
+    if set(groups) - known:
+        raise ConfigError(f"--groups {sorted(set(groups) - known)} unknown; the plan's groups: {sorted(known)}")
+    return [c for c in plan if c.group in groups]
+
+
+def campaign(out: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: float) -> int:
+    """Run the plan under one lab run, then the report and the record; 1 if a job failed."""
+    from steps.campaign.record import write_record
+    from steps.campaign.run import Ledger, run_plan, run_report
+    from steps.tracking import lab as lab_run
+    from steps.tracking.mlflow_run import LAB_RUN_ENV
+    from steps.tracking.provenance import git_commit
+
+    uri, budget = lab["tracking"]["uri"], facts["budget_s"]
+    ledger = Ledger(out, {**facts, "commit": git_commit()}, plan)
+    (out / "results").mkdir(exist_ok=True)
+    os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, facts["command"])  # creates the store before any job
+    attempted = run_plan(out, lab, plan, settings, budget - (time.monotonic() - t0), ledger)
+    run_report(out, lab, attempted, ledger, settings["report_reserve_s"])
+    statuses = [e["status"] for e in ledger.data["cells"].values()] + [ledger.data["report"]["status"]]
+    failed = statuses.count("failed")
+    lab_run.close(uri, os.environ[LAB_RUN_ENV], "FAILED" if failed else "FINISHED")
+    ledger.data["wall_s"] = round(time.monotonic() - t0, 1)
+    ledger.save()
+    path = write_record(out)
+    print(f"record: {path}\nledger: {ledger.path}\nreport: {out / 'results' / 'reports' / 'index.md'}")
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("ok", "skipped", "failed", "timeout", "not run"))
+    print(f"wall {ledger.data['wall_s']:.0f} s of a {budget:.0f} s budget; cells: {counts}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The GPU campaign (steps/campaign, scripts/gpu-campaign) without a GPU: the wheel step against
+a local wheel folder, the plan's order, the budget stopping a run cleanly (a job killed at its
+timeout, the rest recorded as not run), the record writer on a finished smoke store, and the whole
+rehearsal end to end on the CPU (real stage jobs, real MLflow store, the report, the record)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steps.campaign import plan as campaign_plan
+from steps.campaign.record import write_record
+from steps.campaign.run import Ledger, run_plan
+from steps.campaign.wheels import install_wheels
+from steps.tables import fmt
+from steps.tracking import store
+from tests.conftest import ROOT, clean_env, mlflow_runs
+
+REHEARSE = ROOT / "configs" / "gpu-rehearse.yaml"
+
+
+def make_wheel(tmp: Path, name: str, version: str, folder: Path) -> Path:
+    """A pure-Python package `name` (its module says its version), built with `pip wheel`."""
+    src = tmp / f"src-{name}"
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text(f"VERSION = {version!r}\n")
+    (src / "pyproject.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+    subprocess.run([*cmd, "-w", str(folder), str(src)], check=True, capture_output=True, timeout=300)
+    return next(folder.glob(f"{name}-{version}-*.whl"))
+
+
+@pytest.fixture
+def isolated_path(monkeypatch):
+    """install_wheels extends sys.path and PYTHONPATH: restore both after the test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+
+
+def test_wheel_step_installs_what_is_missing_and_skips_the_rest(tmp_path, isolated_path):
+    wheels = tmp_path / "wheels"
+    make_wheel(tmp_path, "campaign_probe_pkg", "0.3.1", wheels)
+    make_wheel(tmp_path, "tqdm", "0.0.1", wheels)  # the real tqdm is installed: never replaced
+    site = tmp_path / "site"
+
+    report = install_wheels(wheels, site)
+    assert report.error == ""
+    assert report.installed == ["campaign-probe-pkg==0.3.1"]
+    assert len(report.skipped) == 1 and report.skipped[0].startswith("tqdm==0.0.1 (have ")
+    assert not list(site.glob("tqdm*"))
+    # this process and a child (PYTHONPATH) import the installed package
+    import campaign_probe_pkg
+
+    assert campaign_probe_pkg.VERSION == "0.3.1" and Path(campaign_probe_pkg.__file__).is_relative_to(site)
+    child = subprocess.run(
+        [sys.executable, "-c", "import campaign_probe_pkg as m; print(m.VERSION)"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        cwd=tmp_path,
+    )
+    assert child.stdout.strip() == "0.3.1", child.stderr
+    # a second call finds it installed
+    again = install_wheels(wheels, site)
+    assert again.installed == [] and any(s.startswith("campaign-probe-pkg==0.3.1 (have 0.3.1)") for s in again.skipped)
+
+
+def test_wheel_step_says_which_folder_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing_wheels.sh"):
+        install_wheels(tmp_path / "nope", tmp_path / "site")
+
+
+def test_plan_puts_baseline_and_last_rung_first():
+    settings, lab = campaign_plan.load_campaign(ROOT / "configs" / "gpu-campaign.yaml")
+    cells = campaign_plan.build_plan(lab, settings)
+    names = [c.name for c in cells]
+    assert names[:2] == ["perf/t1024_baseline", "perf/t1024_ladder_accum"]  # every ladder change at once
+    assert names.index("perf/t128_baseline") < names.index("perf/baseline") < names.index("gpt_parity/gpt2_shape")
+    assert names.index("gpt_parity/gpt2_shape") < names.index("gpt_train/main") < names.index("perf/fused_triton")
+    assert names.index("perf/attn_manual") < names.index("perf/fused_triton")  # its baseline, in its group
+    assert cells[1].after == ["perf/t1024_baseline"]
+    assert cells[1].inputs["baseline"] == "results/perf/t1024_baseline/metrics.json"
+    assert not any(c.skip for c in cells if c.stage == "perf")  # on CUDA every perf cell runs
+    # on the CPU the lead rung is the last one the CPU can run; CUDA-only cells carry the stage's reason
+    settings, lab = campaign_plan.load_campaign(REHEARSE)
+    cells = {c.name: c for c in campaign_plan.build_plan(lab, settings)}
+    assert list(cells)[:2] == ["perf/t32_baseline", "perf/t32_ladder_fused_ce"]
+    assert cells["perf/t32_ladder_cuda_graphs"].skip.startswith("needs CUDA")
+    assert cells["perf/tf32"].skip.startswith("needs CUDA") and cells["components/main"].skip.startswith("needs CUDA")
+
+
+def test_a_missing_package_skips_its_cells(monkeypatch):
+    """A stage whose package the image lacks (and no wheel brought) is skipped, saying which."""
+    monkeypatch.setitem(campaign_plan.REQUIRES, "prepare_corpus", ("no-such-dist-xyz",))
+    settings, lab = campaign_plan.load_campaign(REHEARSE)
+    cells = {c.name: c for c in campaign_plan.build_plan(lab, settings)}
+    assert cells["prepare_corpus/main"].skip == "needs no-such-dist-xyz (not installed here, and no wheel brought it)"
+    assert cells["gpt_train/main"].after == ["prepare_corpus/main", "train_tokenizer/main"]  # run_plan: not run
+    assert not cells["gpt_parity/odd"].skip
+
+
+BUDGET = 25  # seconds: the first job is past its imports and training (timed_steps 100,000) when stopped
+
+
+@pytest.mark.slow
+def test_budget_stops_the_run_cleanly(tmp_path):
+    """A budget that runs out inside the first cell: that job is stopped at its timeout (it ends
+    its MLflow run FAILED), every later cell is recorded as not run, and the record lists them."""
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    store.init(uri)  # as the campaign does (its lab run) before any job: a killed job never half-creates it
+    over = {"perf": {"timed_steps": 100_000}, "tracking": {"uri": uri}}
+    settings, lab = campaign_plan.load_campaign(REHEARSE, overrides=over)
+    settings |= {"report_reserve_s": 0, "min_cell_s": 5}
+    cells = campaign_plan.build_plan(lab, settings)
+    facts = {"command": "test", "budget_s": BUDGET, "started_utc": "2026-01-02T00:00:00Z", "commit": "abc123"}
+    facts["env"] = {"device": "CPU: test", "versions": {}}
+    ledger = Ledger(tmp_path, facts, cells)
+    t0 = time.monotonic()
+    attempted = run_plan(tmp_path, lab, cells, settings, BUDGET, ledger)
+    assert time.monotonic() - t0 < BUDGET + 20  # the timeout, then SIGTERM's grace at most
+    status = {n: e["status"] for n, e in ledger.data["cells"].items()}
+    assert [c.name for c in attempted] == ["perf/t32_baseline"]
+    assert status["perf/t32_baseline"] == "timeout"
+    assert status["perf/t32_ladder_fused_ce"] == "not run"
+    assert ledger.data["cells"]["gpt_train/main"]["reason"].startswith("budget spent")
+    assert status["perf/tf32"] == "skipped"
+    failed = json.loads((tmp_path / "results/perf/t32_baseline/failed.json").read_text())
+    assert "killed by signal" in failed["error"]
+    runs = mlflow_runs(tmp_path)
+    assert set(runs["status"]) == {"FAILED"}  # the stopped job's run, not left RUNNING
+    text = write_record(tmp_path).read_text()
+    assert re.search(r"\| perf/t32_baseline \| timeout \| stopped at its \d+ s timeout", text)
+    assert "| gpt_train/main | not run | budget spent" in text
+    assert "| perf/tf32 | skipped | needs CUDA" in text
+
+
+@pytest.mark.slow
+def test_record_writer_on_a_finished_smoke_store(smoke_dag, tmp_path):
+    path = write_record(smoke_dag, tmp_path)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d-cpu-[0-9a-f]{10}(-dirty)?\.md", path.name)
+    text = path.read_text()
+    base = json.loads((smoke_dag / "results/perf/baseline/metrics.json").read_text())
+    assert base["status"] == "ok"
+    row = next(line for line in text.splitlines() if line.startswith("| baseline |"))
+    m = base["metrics"]
+    assert f"{fmt(m['speedup'], 3)} [{fmt(m['speedup_low'], 3)}, {fmt(m['speedup_high'], 3)}]" in row
+    assert f"| {fmt(m['tokens_per_s'])} | {fmt(m['tokens_per_s_p10'])} | {fmt(m['tokens_per_s_p90'])} |" in row
+    assert "no campaign.json" in text and "snakemake" in text  # the lab run's command
+    assert "| perf/tf32 | skipped | needs CUDA" in text
+    for stage in ("gpt_parity", "gpt_train"):
+        assert f"## {stage}" in text
+
+
+@pytest.mark.slow
+def test_rehearsal_end_to_end(tmp_path):
+    wheels = tmp_path / "wheels"
+    make_wheel(tmp_path, "campaign_probe_pkg", "1.0", wheels)
+    out = tmp_path / "out"
+    cmd = [str(ROOT / "scripts" / "gpu-campaign"), "--rehearse", "--out", str(out), "--wheels", str(wheels)]
+    cmd += ["--site", str(tmp_path / "site")]
+    env = {**clean_env(), "PYTHON": sys.executable}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "installed campaign-probe-pkg==1.0" in proc.stdout
+    ledger = json.loads((out / "campaign.json").read_text())
+    assert ledger["rehearse"] and wall < ledger["budget_s"] + 60, wall
+    cells = ledger["cells"]
+    for name in ("perf/t32_baseline", "perf/t32_ladder_fused_ce", "gpt_parity/odd", "gpt_train/main"):
+        assert cells[name]["status"] == "ok", (name, cells[name])
+    for name in ("perf/t32_ladder_cuda_graphs", "perf/tf32", "perf/amp_fp16", "perf/fused_triton", "components/main"):
+        assert cells[name]["status"] == "skipped" and cells[name]["reason"].startswith("needs CUDA"), name
+    minitorch = [e for e in cells.values() if e["stage"] == "minitorch"]  # its cuda cells, or a placeholder
+    assert minitorch and all(e["status"] == "skipped" for e in minitorch)
+    assert all(e["reason"] == "steps.minitorch not present" or e["reason"].startswith("needs CUDA") for e in minitorch)
+    assert ledger["report"]["status"] == "ok" and (out / "results/reports/index.md").exists()
+    # the cells' runs in the real MLflow store, nested under the campaign's lab run
+    runs = mlflow_runs(out)
+    lab = runs[runs["tags.mlflow.runName"].str.startswith("lab run")]
+    assert len(lab) == 1 and lab["status"].iloc[0] == "FINISHED"
+    children = runs[runs["tags.mlflow.parentRunId"] == lab["run_id"].iloc[0]]
+    assert {"perf", "gpt_parity", "gpt_train", "report"} <= set(children["tags.stage"])
+    # the record: the ladder rows with the numbers the jobs wrote, and what did not run
+    (record,) = (out / "docs" / "results").glob("*-cpu-*.md")
+    text = record.read_text()
+    lead = json.loads((out / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
+    row = next(line for line in text.splitlines() if line.startswith("| t32_ladder_fused_ce |"))
+    assert f"{fmt(lead['speedup'], 3)} [{fmt(lead['speedup_low'], 3)}, {fmt(lead['speedup_high'], 3)}]" in row
+    assert "scripts/gpu-campaign --rehearse" in text and re.search(r"\| minitorch/\w+ \| skipped \|", text)
