@@ -96,9 +96,11 @@ def stage_paths(stage: str, cell: str, params: dict) -> tuple[dict, dict]:
     if stage in DAG_DATA:
         outputs["data"] = DAG_DATA[stage]
     corpus = {"corpus": DAG_DATA["prepare_corpus"]}
+    tokens = {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]}
     inputs = {
         "train_tokenizer": corpus,
-        "gpt_train": {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]},
+        "gpt_train": tokens,
+        "minitorch": tokens,
         "word2vec": {}
         if params.get("backend") == "pretrained" and "corpus" not in params.get("common_questions", ["corpus"])
         else {"corpus": params.get("corpus") or DAG_DATA["prepare_corpus"]},
