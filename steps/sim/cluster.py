@@ -47,6 +47,7 @@ class Cluster:
         )  # fmt: skip
 
     def link(self, plan: ScalePlan, axis: str) -> Link:
+        axis = "fsdp" if axis == "dp_shard" else axis  # fsdp × ep: fsdp's stride × size spans both
         stride = 1
         for inner in AXES[AXES.index(axis) + 1 :]:
             stride *= plan.axis(inner)

@@ -20,6 +20,7 @@ model is also built and sharded, and its parameter bytes read directly (`params_
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from steps.parallel.comm import CommCounter, NativeCommMode
 from steps.sim import build as B
 from steps.sim.shapes import Shape
 
-AXES = ("dp", "fsdp", "tp")
+AXES = ("dp", "fsdp", "ep", "tp")
 
 
 @dataclass
@@ -80,13 +81,16 @@ def leave_fake_world() -> None:
 
 @dataclass
 class Mesh:
-    """The (dp, fsdp, tp) mesh and the sub-meshes the model is parallelized on (sliced here:
-    slicing a mesh runs tensor ops that a FakeTensorMode cannot)."""
+    """The (dp, fsdp, ep, tp) mesh and the sub-meshes the model is parallelized on (sliced here:
+    slicing a mesh runs tensor ops that a FakeTensorMode cannot). With ep > 1 the dense parameters'
+    data mesh is fsdp × ep flattened (`dp_shard`, torchtitan's name)."""
 
     full: object
     tp: object
     data: object
     groups: dict  # process-group name -> axis
+    ep: object = None
+    fsdp: object = None
 
     @property
     def size(self) -> int:
@@ -96,14 +100,27 @@ class Mesh:
 _MESHES: dict[tuple, Mesh] = {}
 
 
+def shard_axis(fsdp: int, ep: int) -> str:
+    """The comm key of the group ZeRO-3 shards the dense parameters over (analytic.comm's too)."""
+    return "dp_shard" if fsdp > 1 and ep > 1 else "ep" if ep > 1 else "fsdp"
+
+
 def mesh_for(sizes: dict) -> Mesh:
     """The mesh of these axis sizes, one per shape and process: DTensor's sharding cache treats
     equal-shaped meshes as one, so a second mesh would see collectives on the first one's groups."""
     dims = tuple(int(sizes.get(a, 1)) for a in AXES)
-    fake_world(dims[0] * dims[1] * dims[2])
+    fake_world(math.prod(dims))
     if dims not in _MESHES:
         full = init_device_mesh("cpu", dims, mesh_dim_names=AXES)
-        _MESHES[dims] = Mesh(full, full["tp"], full["dp", "fsdp"], {full.get_group(a).group_name: a for a in AXES})
+        groups = {full.get_group(a).group_name: a for a in AXES}
+        if dims[AXES.index("ep")] == 1:
+            _MESHES[dims] = Mesh(full, full["tp"], full["dp", "fsdp"], groups)
+        else:
+            if dims[0] > 1:
+                raise ValueError("scale: ep is simulated without a dp axis (use fsdp × ep)")
+            data = full["fsdp", "ep"]._flatten("dp_shard") if dims[1] > 1 else full["ep"]
+            groups[data.get_group().group_name] = shard_axis(dims[1], dims[2])
+            _MESHES[dims] = Mesh(full, full["tp"], data, groups, full["ep"], full["fsdp"])
     return _MESHES[dims]
 
 
@@ -215,6 +232,12 @@ def parallelized(shape: Shape, mesh: Mesh, fake: FakeTensorMode, layers: int | N
         model = B.build(shape, layers, recipe)
     if mesh.tp.size() > 1:
         B.apply_tp(model, mesh.tp, recipe.sp)
+    if shape.experts:
+        from steps.sim import moe
+
+        moe.balance(model)
+        if mesh.ep is not None:
+            moe.apply_expert_parallel(model, mesh.ep, mesh.fsdp, mesh.data.get_group(), B.policy(recipe))
     B.apply_fsdp(model, mesh.data, recipe)
     return model
 
