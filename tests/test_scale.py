@@ -363,3 +363,50 @@ def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
     assert path.exists() and len(lines) == 2 * 16  # 16 series (fsdp8 and fsdp64 are one), on both panels
     assert len({(str(k["color"]), k["marker"]) for k in lines}) == 16
     assert sorted(hlines) == [80.0, 95.0]
+
+
+TINY_MOE = dict(
+    vocab_size=256, block_size=32, n_layer=3, n_head=8, n_kv_head=4, n_embd=64, mlp_hidden=96,
+    moe={"experts": 8, "top_k": 2, "aux_loss_coef": 0.02},
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("mesh", [{"fsdp": 8}, {"fsdp": 2, "ep": 4}, {"ep": 8}], ids=["fsdp8", "fsdp2xep4", "ep8"])
+def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
+    """A tiny Mixtral-like MoE (8 experts, top-2) at world 8: FSDP2 alone, and expert parallelism with
+    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/sim/moe.py):
+    the simulated state and every collective's bytes (the all-to-alls included) equal analytic.py's."""
+    from steps.models.shapes import SHAPES
+    from steps.sim import fakeworld as fw
+
+    monkeypatch.setitem(SHAPES, "tiny-moe", dict(SHAPES["mixtral-8x7b"], **TINY_MOE))
+    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    assert (shape.experts, shape.top_k) == (8, 2)
+    from steps.models.shapes import active_param_count, param_count
+
+    assert (shape.params, shape.active_params()) == (param_count("tiny-moe"), active_param_count("tiny-moe"))
+    plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
+    step = fw.simulate(shape, mesh, 2, 32)
+    assert step.state == A.state(shape, plan)["state"] == A.held_state(shape, plan)["state"]
+    assert step.state == 16 * shape.params / 8  # every byte sharded over the 8 ranks
+    simulated = {k: v for k, v in step.comm.items() if v}
+    assert simulated == pytest.approx(A.comm(shape, plan), rel=1e-12)
+    if plan.axis("ep") > 1:  # four (b·s·k, d) bf16 all-to-alls a layer and the E int64 counts, over ep
+        n = plan.axis("ep")
+        rows = 4 * A.ring_bytes("all_to_all", 2 * 32 * 2 * 64 * A.BF16, n) + A.ring_bytes("all_to_all", 8 * 8, n)
+        assert simulated["ep/all_to_all"] == 3 * rows
+
+
+def test_moe_step_time_charges_the_all_to_all():
+    """The α–β model prices EP's all-to-alls (ep inside a node: NVLink), all of them exposed."""
+    from steps.sim.steptime import predict
+
+    shape = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    c = Cluster.from_config("t", CLUSTER)
+    inside = predict(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}), c)
+    assert inside["all_to_all_s"] > 0 and inside["exposed_comm_s"] >= inside["all_to_all_s"]
+    # ep8 inside a node: 32 layers × 5 calls × 7 hops × 2 µs + the bytes at 400 GB/s
+    nbytes = A.comm(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}))["ep/all_to_all"]
+    assert inside["all_to_all_s"] == pytest.approx(32 * 5 * 7 * 2e-6 + nbytes / 400e9, rel=1e-12)
+    with pytest.raises(PlanError, match="ep"):
+        ScalePlan.from_params({"mesh": {"ep": 8, "tp": 2}})

@@ -115,11 +115,22 @@ def held_state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
 def layer_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
     d, kv, f, H = shape.d, shape.kv_dim, shape.ffn, shape.heads
     t = plan.axis("tp")
-    if shape.family == "llama":
+    if shape.experts:  # see moe_bytes_per_token
+        norms, inner = 16 * d + 8, 4 * d + 4 * kv + 4 * H + moe_bytes_per_token(shape)
+    elif shape.family == "llama":
         norms, inner = 16 * d + 8, 4 * d + 4 * kv + 4 * H + 8 * f
     else:
         norms, inner = 8 * d + 8, 4 * d + 4 * kv + 4 * H + 4 * f
     return (norms / t if plan.sp else norms) + inner / t
+
+
+def moe_bytes_per_token(shape: Shape) -> float:
+    """An MoE layer's MLP, per token (an estimate, not an op count: the report's `saved sim÷op count`
+    says how far it is): each of its top_k rows saves the gathered bf16 input (2d), SwiGLU's four
+    ffn-wide bf16 tensors (8·ffn) and the expert output the gate weight multiplies (2d); the router
+    its fp32 softmax (4E). Left out: the int64 indices of the routing (top-k, the gather, the
+    regrouping; 8 bytes each per row) and the RMSNorm/attention differences of our GPT from HF's Llama."""
+    return shape.top_k * (8 * shape.ffn + 4 * shape.d) + 4 * shape.experts
 
 
 def selective_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard
 
 from steps.models.moe import MoE
 from steps.parallel.ep import ExpertParallelMoE, moe_layers
@@ -50,5 +51,9 @@ def apply_expert_parallel(model, ep_mesh, fsdp_mesh, data_group, mp_policy) -> N
     balance(model)
     world = torch.distributed.get_world_size(data_group)
     for moe in moe_layers(model):
-        fully_shard(moe.experts, mesh=fsdp_mesh, mp_policy=mp_policy)
+        # fewer local experts than fsdp ranks (Mixtral, ep 8: one): shard each expert's rows instead of
+        # padding dim 0 to the fsdp size, which would leave every rank a whole expert (torchtitan does the same)
+        few = moe.n_experts // ep_mesh.size() < fsdp_mesh.size()
+        place = (lambda p: Shard(1)) if few else None
+        fully_shard(moe.experts, mesh=fsdp_mesh, mp_policy=mp_policy, shard_placement_fn=place)
         moe.experts.set_gradient_divide_factor(float(world))
