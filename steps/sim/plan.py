@@ -1,7 +1,8 @@
 """A training plan at scale: the mesh (pp × dp × fsdp × ep × tp, pp outermost, tp innermost as in
 torchtitan; ep, expert parallelism, is a data axis for the dense parameters, torchtitan's EP
 inside dp_shard: they are FSDP-sharded over fsdp × ep, the experts over ep and then fsdp), the
-ZeRO stage of the data axis, sequence parallelism, activation checkpointing and the batch. Checked on construction; every error names the config key and the fix."""
+ZeRO stage of the data axis, sequence parallelism, activation checkpointing and the batch.
+Checked on construction; every error names the config key and the fix."""
 
 from __future__ import annotations
 
