@@ -15,6 +15,7 @@ from steps.sim.fakeworld import leave_fake_world
 from steps.sim.plan import PlanError, ScalePlan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
+from steps.tracking import InputError
 from tests.conftest import DEFAULT, run_stage
 
 TINY = {
@@ -410,3 +411,36 @@ def test_moe_step_time_charges_the_all_to_all():
     assert inside["all_to_all_s"] == pytest.approx(32 * 5 * 7 * 2e-6 + nbytes / 400e9, rel=1e-12)
     with pytest.raises(PlanError, match="ep"):
         ScalePlan.from_params({"mesh": {"ep": 8, "tp": 2}})
+
+
+@pytest.mark.parametrize("sizes", [dict(top_k=2, n_embd=64), dict(top_k=4, n_embd=128, n_head=4, n_kv_head=2)])
+def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
+    """The simulated MoE layer's saved bytes exceed analytic.moe_bytes_per_token (+ the llama formula
+    for the rest) by exactly the gap its docstring states: 6d + head_dim + 4 + k·(2d + 30) per token."""
+    from steps.models.shapes import SHAPES
+    from steps.sim import fakeworld as fw
+
+    k = sizes.pop("top_k")
+    spec = dict(SHAPES["mixtral-8x7b"], **{**TINY_MOE, **sizes})
+    spec["moe"] = {**TINY_MOE["moe"], "top_k": k}
+    monkeypatch.setitem(SHAPES, "tiny-moe", spec)
+    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    plan = ScalePlan.from_params({"mesh": {"fsdp": 8}, "local_batch": 2, "seq": 32})
+    step = fw.simulate(shape, {"fsdp": 8}, 2, 32)
+    gap = step.saved_per_layer / (2 * 32) - A.layer_bytes_per_token(shape, plan)
+    d = shape.d
+    assert gap == 6 * d + shape.head_dim + 4 + k * (2 * d + 30)
+
+
+def test_moe_plan_errors_name_the_cell():
+    from steps.scale import check_moe
+
+    dense = Shape.from_config("tiny", TINY["llama"])
+    mixtral = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    with pytest.raises(InputError, match=r"scale.cells.c.plan.mesh.ep = 4.*0 experts"):
+        check_moe("c", dense, ScalePlan.from_params({"mesh": {"fsdp": 2, "ep": 4}}))
+    with pytest.raises(InputError, match="ep must divide"):
+        check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"ep": 16}}))
+    with pytest.raises(InputError, match="dp, fsdp and ep only"):
+        check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"fsdp": 8, "tp": 8}}))
+    check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}}))  # fine

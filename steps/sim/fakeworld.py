@@ -1,5 +1,5 @@
 """One rank of a W-rank job, in this process: torch's fake process group (collectives return at
-once, nothing is sent), a DeviceMesh (dp, fsdp, tp) over it, the real model under a FakeTensorMode
+once, nothing is sent), a DeviceMesh (dp, fsdp, ep, tp) over it, the real model under a FakeTensorMode
 (build.py), one training step (forward, loss, backward, AdamW step). Read from it, exactly:
 
   state      local shard bytes (DTensor.to_local) of the parameters (fp32), their gradients (fp32,
@@ -10,7 +10,8 @@ once, nothing is sent), a DeviceMesh (dp, fsdp, tp) over it, the real model unde
              meter, keyed by storage identity since fake tensors have no addresses), less the
              parameters' storages (the all-gathered bf16 weights the matmuls keep, FSDP2 frees them)
   comm       every collective through steps/parallel/comm.py's dispatch-mode counter, attributed
-             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors)
+             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors);
+             with expert parallelism the dense FSDP group fsdp × ep is `dp_shard` (shard_axis)
 
 Depth: a transformer's layers are identical, so every quantity is a + L·b. A step of 1 layer and
 one of 2 layers at the full width, sequence, batch and world size give a and b exactly; the full
