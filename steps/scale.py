@@ -65,6 +65,7 @@ def run(ctx) -> dict:
         plan = ScalePlan.from_params(p.get("plan") or {})
     except PlanError as exc:
         raise InputError(f"scale.cells.{ctx.cell}.plan: {exc}") from None
+    check_moe(ctx.cell, shape, plan)
     pred = predict(shape, plan, cluster)
     an_state = A.state(shape, plan)["state"]
     held = A.held_state(shape, plan)["state"]
@@ -82,6 +83,7 @@ def run(ctx) -> dict:
         "mfu": pred["mfu"],
         "step_s": pred["step_s"],
         "exposed_comm_s": pred["exposed_comm_s"],
+        "all_to_all_s": pred["all_to_all_s"],
         "bubble": pred["bubble"],
         "mem_gib": pred["mem_total"] / GiB,
         "mem_activations_gib": pred["mem_activations"] / GiB,
@@ -110,6 +112,18 @@ def run(ctx) -> dict:
         fits=("fits: " if pred["fits"] else "DOES NOT FIT: ") + mem,
     )
     return m
+
+
+def check_moe(cell: str, shape: Shape, plan: ScalePlan) -> None:
+    """Expert parallelism needs experts to split; an MoE is modelled with data axes and ep only."""
+    ep = plan.axis("ep")
+    if ep > 1 and (not shape.experts or shape.experts % ep):
+        raise InputError(
+            f"scale.cells.{cell}.plan.mesh.ep = {ep}: model {shape.name} has {shape.experts} experts per layer; "
+            "ep must divide them (a dense model: drop ep)"
+        )
+    if shape.experts and (plan.axis("tp") > 1 or plan.axis("pp") > 1):
+        raise InputError(f"scale.cells.{cell}: an MoE model ({shape.name}) is modelled with dp, fsdp and ep only")
 
 
 def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
@@ -192,6 +206,7 @@ STAGE = Stage(
         "saved/layer sim÷Playbook (AC as simulated)": "metrics.saved_layer_ratio_playbook",
         "comm/step simulated vs analytic (GiB)": "info.comm",
         "comm sim÷analytic": "metrics.comm_ratio",
+        "EP all-to-all/step (s, exposed)": "metrics.all_to_all_s",
         "comm/step, the plan with its AC (GiB, analytic)": "metrics.comm_gib_analytic",
         "state sim÷gloo": "metrics.state_ratio_gloo",
         "comm sim÷gloo": "metrics.comm_ratio_gloo",

@@ -15,6 +15,7 @@ from steps.sim.fakeworld import leave_fake_world
 from steps.sim.plan import PlanError, ScalePlan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
+from steps.tracking import InputError
 from tests.conftest import DEFAULT, run_stage
 
 TINY = {
@@ -363,3 +364,83 @@ def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
     assert path.exists() and len(lines) == 2 * 16  # 16 series (fsdp8 and fsdp64 are one), on both panels
     assert len({(str(k["color"]), k["marker"]) for k in lines}) == 16
     assert sorted(hlines) == [80.0, 95.0]
+
+
+TINY_MOE = dict(
+    vocab_size=256, block_size=32, n_layer=3, n_head=8, n_kv_head=4, n_embd=64, mlp_hidden=96,
+    moe={"experts": 8, "top_k": 2, "aux_loss_coef": 0.02},
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("mesh", [{"fsdp": 8}, {"fsdp": 2, "ep": 4}, {"ep": 8}], ids=["fsdp8", "fsdp2xep4", "ep8"])
+def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
+    """A tiny Mixtral-like MoE (8 experts, top-2) at world 8: FSDP2 alone, and expert parallelism with
+    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/sim/moe.py):
+    the simulated state and every collective's bytes (the all-to-alls included) equal analytic.py's."""
+    from steps.models.shapes import SHAPES
+    from steps.sim import fakeworld as fw
+
+    monkeypatch.setitem(SHAPES, "tiny-moe", dict(SHAPES["mixtral-8x7b"], **TINY_MOE))
+    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    assert (shape.experts, shape.top_k) == (8, 2)
+    from steps.models.shapes import active_param_count, param_count
+
+    assert (shape.params, shape.active_params()) == (param_count("tiny-moe"), active_param_count("tiny-moe"))
+    plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
+    step = fw.simulate(shape, mesh, 2, 32)
+    assert step.state == A.state(shape, plan)["state"] == A.held_state(shape, plan)["state"]
+    assert step.state == 16 * shape.params / 8  # every byte sharded over the 8 ranks
+    simulated = {k: v for k, v in step.comm.items() if v}
+    assert simulated == pytest.approx(A.comm(shape, plan), rel=1e-12)
+    if plan.axis("ep") > 1:  # four (b·s·k, d) bf16 all-to-alls a layer and the E int64 counts, over ep
+        n = plan.axis("ep")
+        rows = 4 * A.ring_bytes("all_to_all", 2 * 32 * 2 * 64 * A.BF16, n) + A.ring_bytes("all_to_all", 8 * 8, n)
+        assert simulated["ep/all_to_all"] == 3 * rows
+
+
+def test_moe_step_time_charges_the_all_to_all():
+    """The α–β model prices EP's all-to-alls (ep inside a node: NVLink), all of them exposed."""
+    from steps.sim.steptime import predict
+
+    shape = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    c = Cluster.from_config("t", CLUSTER)
+    inside = predict(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}), c)
+    assert inside["all_to_all_s"] > 0 and inside["exposed_comm_s"] >= inside["all_to_all_s"]
+    # ep8 inside a node: 32 layers × 5 calls × 7 hops × 2 µs + the bytes at 400 GB/s
+    nbytes = A.comm(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}))["ep/all_to_all"]
+    assert inside["all_to_all_s"] == pytest.approx(32 * 5 * 7 * 2e-6 + nbytes / 400e9, rel=1e-12)
+    with pytest.raises(PlanError, match="ep"):
+        ScalePlan.from_params({"mesh": {"ep": 8, "tp": 2}})
+
+
+@pytest.mark.parametrize("sizes", [dict(top_k=2, n_embd=64), dict(top_k=4, n_embd=128, n_head=4, n_kv_head=2)])
+def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
+    """The simulated MoE layer's saved bytes exceed analytic.moe_bytes_per_token (+ the llama formula
+    for the rest) by exactly the gap its docstring states: 6d + head_dim + 4 + k·(2d + 30) per token."""
+    from steps.models.shapes import SHAPES
+    from steps.sim import fakeworld as fw
+
+    k = sizes.pop("top_k")
+    spec = dict(SHAPES["mixtral-8x7b"], **{**TINY_MOE, **sizes})
+    spec["moe"] = {**TINY_MOE["moe"], "top_k": k}
+    monkeypatch.setitem(SHAPES, "tiny-moe", spec)
+    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    plan = ScalePlan.from_params({"mesh": {"fsdp": 8}, "local_batch": 2, "seq": 32})
+    step = fw.simulate(shape, {"fsdp": 8}, 2, 32)
+    gap = step.saved_per_layer / (2 * 32) - A.layer_bytes_per_token(shape, plan)
+    d = shape.d
+    assert gap == 6 * d + shape.head_dim + 4 + k * (2 * d + 30)
+
+
+def test_moe_plan_errors_name_the_cell():
+    from steps.scale import check_moe
+
+    dense = Shape.from_config("tiny", TINY["llama"])
+    mixtral = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    with pytest.raises(InputError, match=r"scale.cells.c.plan.mesh.ep = 4.*0 experts"):
+        check_moe("c", dense, ScalePlan.from_params({"mesh": {"fsdp": 2, "ep": 4}}))
+    with pytest.raises(InputError, match="ep must divide"):
+        check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"ep": 16}}))
+    with pytest.raises(InputError, match="dp, fsdp and ep only"):
+        check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"fsdp": 8, "tp": 8}}))
+    check_moe("c", mixtral, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}}))  # fine

@@ -102,6 +102,13 @@ def route(probs, top_k: int, renormalise: bool = True):
     return (top_p / top_p.sum(-1, keepdim=True) if renormalise else top_p), top_i
 
 
+def selections(top_i, n_experts: int):
+    """(N, k) chosen experts -> (E,) int64 times each was chosen (a bincount of fixed length: no
+    data-dependent shape, so it also runs on fake tensors)."""
+    flat = top_i.reshape(-1)
+    return flat.new_zeros(n_experts).scatter_add_(0, flat, torch.ones_like(flat))
+
+
 def capacity_keep(top_i, n_experts: int, capacity: int):
     """(N, k) bool: an assignment is kept if fewer than `capacity` earlier ones (token-major) chose its expert."""
     onehot = F.one_hot(top_i.reshape(-1), n_experts)  # (N·k, E)
@@ -137,22 +144,25 @@ class MoE(nn.Module):
         logits = self.gate(x)  # (N, E)
         probs = F.softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float(), dim=-1)
         weights, top_i = route(probs, k, self.renormalise)  # (N, k), (N, k)
-        self.stats = self.pool_stats(
-            torch.bincount(top_i.reshape(-1), minlength=E).to(probs.dtype), probs.sum(0), len(x)
-        )
+        self.stats = self.pool_stats(selections(top_i, E).to(probs.dtype), probs.sum(0), len(x))
         choice = top_i.reshape(-1)  # (N·k,) expert of each assignment, token-major
         if self.capacity_factor is not None:
             keep = capacity_keep(top_i, E, math.ceil(self.capacity_factor * x.shape[0] * k / E)).reshape(-1)
             self.dropped = int((~keep).sum())
             choice = torch.where(keep, choice, E)  # dropped assignments -> a bin past the last expert
         order = torch.argsort(choice, stable=True)  # (N·k,) assignments grouped by expert
-        counts = torch.bincount(choice, minlength=E + 1)[:E].tolist()  # rows per expert (dropped excluded)
+        counts = self.expert_counts(choice)  # rows per expert (dropped excluded)
         order = order[: sum(counts)]  # (M,)
         token = order // k  # (M,) the token of each kept assignment
         y = self.run_experts(x[token], counts)  # (M, C)
         y = y * weights.reshape(-1)[order, None].to(y.dtype)  # (M, C) gate-weighted
         out = torch.zeros_like(x).index_add(0, token, y)  # (N, C) sum over each token's experts
         return self.dropout(out.view(B, T, C))
+
+    def expert_counts(self, choice) -> list[int]:
+        """Rows per expert of the (N·k,) assignments (E: dropped). The scale stage's fake-tensor step
+        overrides it with balanced routing (steps/sim/moe.py): fake tensors have no values to count."""
+        return torch.bincount(choice, minlength=self.n_experts + 1)[: self.n_experts].tolist()
 
     def run_experts(self, rows, counts: list[int]):
         """(M, C) rows grouped by expert, counts[e] each -> (M, C) expert outputs, same order."""

@@ -53,14 +53,20 @@ class ExpertParallelMoE(MoE):
         n = self.ep.size
         e_loc = self.n_experts // n
         send = torch.tensor(counts, dtype=torch.int64, device=rows.device)  # (E,) rows per global expert
-        recv = self.ep.exchange_counts(send).view(n, e_loc)  # (N, E/N) rows from each source per local expert
-        send_splits, recv_splits = send.view(n, e_loc).sum(1).tolist(), recv.sum(1).tolist()
+        recv = self.received_counts(send)  # [N][E/N] rows from each source per local expert
+        send_splits = [sum(counts[r * e_loc : (r + 1) * e_loc]) for r in range(n)]
+        recv_splits = [sum(row) for row in recv]
         x = self.ep.all_to_all(rows, recv_splits, send_splits)  # (M_in, C) by source, then local expert
-        expert = torch.arange(e_loc, device=rows.device).repeat(n).repeat_interleave(recv.flatten())  # (M_in,)
+        repeats = torch.tensor([c for row in recv for c in row], device=rows.device)  # (N·E/N,)
+        expert = torch.arange(e_loc, device=rows.device).repeat(n).repeat_interleave(repeats, output_size=len(x))
         perm = torch.argsort(expert, stable=True)  # (M_in,) grouped by local expert
-        y = self.local(x[perm], recv.sum(0).tolist())  # (M_in, C)
+        y = self.local(x[perm], [sum(col) for col in zip(*recv)])  # (M_in, C)
         y = y[torch.argsort(perm)]  # back to (source, expert) order
         return self.ep.all_to_all(y, send_splits, recv_splits)  # (M, C) in the order the rows left
+
+    def received_counts(self, send) -> list[list[int]]:
+        """(E,) rows this rank sends per global expert -> [N][E/N] rows it receives per source and local expert."""
+        return self.ep.exchange_counts(send).view(self.ep.size, -1).tolist()
 
     def pool_stats(self, counts, prob_sum, n_tokens: int) -> tuple:
         both = self.ep.all_reduce_sum(torch.cat([counts, prob_sum]))  # (2E,) over the ranks

@@ -5,6 +5,7 @@ steps/scale.py). One concern a file:
   shapes.py     a model's shape: parameter counts by group, model FLOPs per token
   build.py      the real model (HF Llama, our GPT) under a FakeTensorMode, TP then FSDP2
   fakeworld.py  one rank of a W-rank step on torch's fake process group: state, saved, comm bytes
+  moe.py        the MoE GPT on the fake group: balanced routing, expert parallelism over the ep axis
   versus.py     which step a plan's simulation runs (ZeRO-2, SP, full AC included) and which formula
                 each simulated number is set against
   ours.py       the sharding stage's gloo cells replayed on the fake group, against their ranks' bytes

@@ -67,7 +67,7 @@ def local_params(shape: Shape, plan: ScalePlan, layers_only: bool = False) -> fl
 def state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
     """Bytes of parameters, gradients and optimizer state on one rank (Playbook split)."""
     psi = local_params(shape, plan)
-    n = plan.axis("fsdp") if plan.zero_stage == 3 else plan.axis("dp")
+    n = plan.shard if plan.zero_stage == 3 else plan.axis("dp")
     z = plan.zero_stage
     out = {
         "params": BF16 * psi / (n if z >= 3 else 1),
@@ -105,7 +105,7 @@ def held_state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
             "optim": (K_ADAM - (0 if z == 1 else FP32)) * psi / n,
         }
     else:
-        n = plan.axis("fsdp") if z == 3 else 1
+        n = plan.shard if z == 3 else 1
         out = {"params": FP32 * psi / n, "grads": GRAD_REDUCE * psi / n, "optim": (K_ADAM - FP32) * psi / n}
     out["state"] = sum(out.values())
     return out
@@ -115,11 +115,26 @@ def held_state(shape: Shape, plan: ScalePlan) -> dict[str, float]:
 def layer_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
     d, kv, f, H = shape.d, shape.kv_dim, shape.ffn, shape.heads
     t = plan.axis("tp")
-    if shape.family == "llama":
+    if shape.experts:  # see moe_bytes_per_token
+        norms, inner = 16 * d + 8, 4 * d + 4 * kv + 4 * H + moe_bytes_per_token(shape)
+    elif shape.family == "llama":
         norms, inner = 16 * d + 8, 4 * d + 4 * kv + 4 * H + 8 * f
     else:
         norms, inner = 8 * d + 8, 4 * d + 4 * kv + 4 * H + 4 * f
     return (norms / t if plan.sp else norms) + inner / t
+
+
+def moe_bytes_per_token(shape: Shape) -> float:
+    """An MoE layer's MLP, per token (an estimate, not an op count: the report's `saved sim÷op count`
+    says how far it is): each of its top_k rows saves the gathered bf16 input (2d), SwiGLU's four
+    ffn-wide bf16 tensors (8·ffn) and the expert output the gate weight multiplies (2d); the router
+    its fp32 softmax (4E). Measured on a tiny MoE at world 8 by varying d, k, ffn, E and the heads
+    one at a time, the simulated layer exceeds this (with the llama formula for the rest of the
+    layer) by 6d + head_dim + 4 + k·(2d + 30) bytes per token: per row 30 = the int64 top-k index,
+    assignment order and token index (3 × 8) and the gate weight in fp32 and bf16 (4 + 2); the
+    other 2d per row and the 6d + head_dim + 4 (our GPT's RMSNorm and RoPE against the HF Llama
+    the dense formula counts) are not yet attributed op by op."""
+    return shape.top_k * (8 * shape.ffn + 4 * shape.d) + 4 * shape.experts
 
 
 def selective_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:
@@ -202,6 +217,8 @@ def comm(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[str, floa
     out: dict[str, float] = {}
     dp, fs, t, p = (plan.axis(a) for a in ("dp", "fsdp", "tp", "pp"))
     z = plan.zero_stage
+    if plan.axis("ep") > 1:
+        return out | moe_ep_comm(shape, plan)
     if fs > 1:
         root = psi - local_params(shape, plan, layers_only=True)
         out["fsdp/all_gather"] = ring_bytes("all_gather", (2 * psi - root) * BF16, fs)
@@ -221,6 +238,35 @@ def comm(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[str, floa
     if p > 1:  # average over stages: p-1 boundaries, forward activation + backward gradient
         act = plan.micro_batch * plan.seq * shape.d * BF16 / (t if plan.sp else 1)
         out["pp/send"] = 2 * (p - 1) / p * plan.microbatches * act
+    return out
+
+
+def moe_ep_comm(shape: Shape, plan: ScalePlan) -> dict[str, float]:
+    """Expert parallelism over ep (steps/sim/moe.py; the sharding stage's analytic, steps/parallel/
+    analytic.ep_comm, at bf16 compute): the dense parameters FSDP2 over fsdp × ep (`dp_shard`; `ep`
+    alone without fsdp), 3Ψ_dense less the root group's Ψ_root; each layer's E/ep experts FSDP2 over
+    fsdp, 3·Ψ_experts/ep; per MoE layer four all-to-alls of the rank's b·s·k rows of d bf16 numbers
+    (dispatch and combine, forward and backward, balanced routing), one of the E int64 row counts,
+    and the load-balancing statistics' fp32 all-reduce of 2E numbers over every data rank, forward
+    and backward. HSDP (a dp axis) all-reduces the fp32 gradient shard over dp."""
+    from steps.sim.fakeworld import shard_axis  # one home for the key (the simulation uses it too)
+
+    dp, fs, n, E = plan.axis("dp"), plan.axis("fsdp"), plan.axis("ep"), shape.experts
+    key, psi = shard_axis(fs, n), local_params(shape, plan)
+    experts = shape.expert_params()
+    dense, root = psi - experts, psi - local_params(shape, plan, layers_only=True)
+    rows = plan.micro_batch * plan.seq * shape.top_k * shape.d * BF16
+    out = {
+        f"{key}/all_gather": ring_bytes("all_gather", (2 * dense - root) * BF16, plan.shard),
+        f"{key}/reduce_scatter": ring_bytes("reduce_scatter", dense * GRAD_REDUCE, plan.shard),
+        f"{key}/all_reduce": shape.layers * 2 * ring_bytes("all_reduce", 2 * E * FP32, plan.shard),
+        "ep/all_to_all": shape.layers * (4 * ring_bytes("all_to_all", rows, n) + ring_bytes("all_to_all", 8 * E, n)),
+    }
+    if fs > 1:
+        out["fsdp/all_gather"] = ring_bytes("all_gather", 2 * experts / n * BF16, fs)
+        out["fsdp/reduce_scatter"] = ring_bytes("reduce_scatter", experts / n * GRAD_REDUCE, fs)
+    if dp > 1:
+        out["dp/all_reduce"] = ring_bytes("all_reduce", psi / plan.shard * GRAD_REDUCE, dp)
     return out
 
 

@@ -67,6 +67,10 @@ SCALE = Recipe()
 def build(shape: Shape, layers: int | None = None, recipe: Recipe = SCALE):
     """The module (call it under the FakeTensorMode that should own its tensors)."""
     n = shape.layers if layers is None else layers
+    if shape.experts:  # MoE: our GPT of the named shape (steps/models/shapes.py), its moe settings included
+        from steps.models.shapes import shape as named
+
+        return GPTLMHeadModel(named(shape.named, n_layer=n, **recipe.gpt))
     sizes = dict(
         vocab_size=shape.vocab, block_size=shape.max_seq, n_layer=n, n_head=shape.heads, n_embd=shape.d,
         n_kv_head=shape.kv_heads, mlp_hidden=shape.ffn,
@@ -121,11 +125,15 @@ def apply_tp(model, tp_mesh, sp: bool = False) -> None:
     )
 
 
+def policy(recipe: Recipe = SCALE) -> MixedPrecisionPolicy:
+    return MIXED if recipe.mixed else MixedPrecisionPolicy()
+
+
 def apply_fsdp(model, data_mesh, recipe: Recipe = SCALE) -> None:
     """One FSDP2 group per layer, then the root (embeddings, final norm, head): HSDP over a 2-D
     (replicate, shard) mesh; a shard axis of size 1 is plain DP (all-reduce over replicate). The
     root keeps FSDP2's default (None: not resharded after forward, it would be gathered again at once)."""
-    mp = MIXED if recipe.mixed else MixedPrecisionPolicy()
+    mp = policy(recipe)
     for block in blocks(model):
         fully_shard(block, mesh=data_mesh, mp_policy=mp, reshard_after_forward=recipe.reshard)
     fully_shard(model, mesh=data_mesh, mp_policy=mp, reshard_after_forward=None if recipe.reshard else False)
@@ -138,14 +146,17 @@ def loss_of(model, ids: torch.Tensor, recipe: Recipe = SCALE) -> torch.Tensor:
         loss = model(ids, labels=ids).loss
         loss.backward()
         return loss
-    logits = model(ids).logits
+    out = model(ids)
+    logits = out.logits
+    aux = getattr(out, "aux_loss", None)  # MoE: the load-balancing loss (GPTLMHeadModel), coefficient applied
+    aux = 0.0 if aux is None else model.config.moe["aux_loss_coef"] * aux
     flat = logits.flatten(0, 1).float()
     labels = ids.flatten()
     if isinstance(logits, DTensor):
         with loss_parallel():
-            loss = F.cross_entropy(flat, labels)
+            loss = F.cross_entropy(flat, labels) + aux
             loss.backward()
         return loss
-    loss = F.cross_entropy(flat, labels)
+    loss = F.cross_entropy(flat, labels) + aux
     loss.backward()
     return loss

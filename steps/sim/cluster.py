@@ -3,7 +3,7 @@
 A collective over n ranks, run as a ring, takes `steps` latency hops and moves the ring-equivalent
 bytes one rank sends (steps/parallel/analytic.py's RING factors) over the slowest link it crosses:
 
-  time = steps · α + bytes / β        steps: all-reduce 2(n-1), all-gather / reduce-scatter n-1, send 1
+  time = steps · α + bytes / β        steps: all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send 1
 
 Placement follows the mesh order (pp, dp, fsdp, tp: tp on neighbouring GPUs). An axis whose ranks
 all sit in one node (its stride × size ≤ GPUs per node) runs on NVLink (`intra`); any other crosses
@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 from steps.sim.plan import AXES, ScalePlan
 
-STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1}
+STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "all_gather": lambda n: n - 1,
+    "reduce_scatter": lambda n: n - 1,
+    "all_to_all": lambda n: n - 1,  # pairwise exchange: one peer a step
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class Cluster:
         )  # fmt: skip
 
     def link(self, plan: ScalePlan, axis: str) -> Link:
+        axis = "fsdp" if axis == "dp_shard" else axis  # fsdp × ep: fsdp's stride × size spans both
         stride = 1
         for inner in AXES[AXES.index(axis) + 1 :]:
             stride *= plan.axis(inner)

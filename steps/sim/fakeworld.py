@@ -1,5 +1,5 @@
 """One rank of a W-rank job, in this process: torch's fake process group (collectives return at
-once, nothing is sent), a DeviceMesh (dp, fsdp, tp) over it, the real model under a FakeTensorMode
+once, nothing is sent), a DeviceMesh (dp, fsdp, ep, tp) over it, the real model under a FakeTensorMode
 (build.py), one training step (forward, loss, backward, AdamW step). Read from it, exactly:
 
   state      local shard bytes (DTensor.to_local) of the parameters (fp32), their gradients (fp32,
@@ -10,7 +10,8 @@ once, nothing is sent), a DeviceMesh (dp, fsdp, tp) over it, the real model unde
              meter, keyed by storage identity since fake tensors have no addresses), less the
              parameters' storages (the all-gathered bf16 weights the matmuls keep, FSDP2 frees them)
   comm       every collective through steps/parallel/comm.py's dispatch-mode counter, attributed
-             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors)
+             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors);
+             with expert parallelism the dense FSDP group fsdp × ep is `dp_shard` (shard_axis)
 
 Depth: a transformer's layers are identical, so every quantity is a + L·b. A step of 1 layer and
 one of 2 layers at the full width, sequence, batch and world size give a and b exactly; the full
@@ -20,6 +21,7 @@ model is also built and sharded, and its parameter bytes read directly (`params_
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +37,7 @@ from steps.parallel.comm import CommCounter, NativeCommMode
 from steps.sim import build as B
 from steps.sim.shapes import Shape
 
-AXES = ("dp", "fsdp", "tp")
+AXES = ("dp", "fsdp", "ep", "tp")
 
 
 @dataclass
@@ -80,13 +82,16 @@ def leave_fake_world() -> None:
 
 @dataclass
 class Mesh:
-    """The (dp, fsdp, tp) mesh and the sub-meshes the model is parallelized on (sliced here:
-    slicing a mesh runs tensor ops that a FakeTensorMode cannot)."""
+    """The (dp, fsdp, ep, tp) mesh and the sub-meshes the model is parallelized on (sliced here:
+    slicing a mesh runs tensor ops that a FakeTensorMode cannot). With ep > 1 the dense parameters'
+    data mesh is fsdp × ep flattened (`dp_shard`, torchtitan's name)."""
 
     full: object
     tp: object
     data: object
     groups: dict  # process-group name -> axis
+    ep: object = None
+    fsdp: object = None
 
     @property
     def size(self) -> int:
@@ -96,14 +101,27 @@ class Mesh:
 _MESHES: dict[tuple, Mesh] = {}
 
 
+def shard_axis(fsdp: int, ep: int) -> str:
+    """The comm key of the group ZeRO-3 shards the dense parameters over (analytic.comm's too)."""
+    return "dp_shard" if fsdp > 1 and ep > 1 else "ep" if ep > 1 else "fsdp"
+
+
 def mesh_for(sizes: dict) -> Mesh:
     """The mesh of these axis sizes, one per shape and process: DTensor's sharding cache treats
     equal-shaped meshes as one, so a second mesh would see collectives on the first one's groups."""
     dims = tuple(int(sizes.get(a, 1)) for a in AXES)
-    fake_world(dims[0] * dims[1] * dims[2])
+    fake_world(math.prod(dims))
     if dims not in _MESHES:
         full = init_device_mesh("cpu", dims, mesh_dim_names=AXES)
-        _MESHES[dims] = Mesh(full, full["tp"], full["dp", "fsdp"], {full.get_group(a).group_name: a for a in AXES})
+        groups = {full.get_group(a).group_name: a for a in AXES}
+        if dims[AXES.index("ep")] == 1:
+            _MESHES[dims] = Mesh(full, full["tp"], full["dp", "fsdp"], groups)
+        else:
+            if dims[0] > 1:
+                raise ValueError("scale: ep is simulated without a dp axis (use fsdp × ep)")
+            data = full["fsdp", "ep"]._flatten("dp_shard") if dims[1] > 1 else full["ep"]
+            groups[data.get_group().group_name] = shard_axis(dims[1], dims[2])
+            _MESHES[dims] = Mesh(full, full["tp"], data, groups, full["ep"], full["fsdp"])
     return _MESHES[dims]
 
 
@@ -215,6 +233,12 @@ def parallelized(shape: Shape, mesh: Mesh, fake: FakeTensorMode, layers: int | N
         model = B.build(shape, layers, recipe)
     if mesh.tp.size() > 1:
         B.apply_tp(model, mesh.tp, recipe.sp)
+    if shape.experts:
+        from steps.sim import moe
+
+        moe.balance(model)
+        if mesh.ep is not None:
+            moe.apply_expert_parallel(model, mesh.ep, mesh.fsdp, mesh.data.get_group(), B.policy(recipe))
     B.apply_fsdp(model, mesh.data, recipe)
     return model
 

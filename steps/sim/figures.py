@@ -17,7 +17,7 @@ LINES = ("-", "--", "-.", ":")
 
 def strategy(plan: str) -> str:
     """'fsdp16×tp8 sp ac-full' -> 'fsdp×tp sp ac-full' (the plan without its sizes)."""
-    return re.sub(r"\b(pp|dp|fsdp|tp)\d+", r"\1", str(plan))
+    return re.sub(r"\b(pp|dp|fsdp|ep|tp)\d+", r"\1", str(plan))
 
 
 def gpu_memory(fits: str) -> float | None:

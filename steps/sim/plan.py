@@ -1,13 +1,15 @@
-"""A training plan at scale: the mesh (pp × dp × fsdp × tp, pp outermost, tp innermost as in
-torchtitan), the ZeRO stage of the data axis, sequence parallelism, activation checkpointing and the
-batch. Checked on construction; every error names the config key and the fix."""
+"""A training plan at scale: the mesh (pp × dp × fsdp × ep × tp, pp outermost, tp innermost as in
+torchtitan; ep, expert parallelism, is a data axis for the dense parameters, torchtitan's EP
+inside dp_shard: they are FSDP-sharded over fsdp × ep, the experts over ep and then fsdp), the
+ZeRO stage of the data axis, sequence parallelism, activation checkpointing and the batch.
+Checked on construction; every error names the config key and the fix."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-AXES = ("pp", "dp", "fsdp", "tp")  # outer -> inner: tp on neighbouring GPUs (inside a node)
+AXES = ("pp", "dp", "fsdp", "ep", "tp")  # outer -> inner: tp on neighbouring GPUs (inside a node)
 AC = ("none", "selective", "full")
 
 
@@ -41,13 +43,22 @@ class ScalePlan:
 
     @property
     def data(self) -> int:
-        return self.axis("dp") * self.axis("fsdp")
+        return self.axis("dp") * self.axis("fsdp") * self.axis("ep")
+
+    @property
+    def shard(self) -> int:
+        """Ranks ZeRO-3 shards the (dense) parameters over: fsdp, × ep with expert parallelism."""
+        return self.axis("fsdp") * self.axis("ep")
 
     @property
     def zero_stage(self) -> int:
         if self.zero >= 0:
             return self.zero
-        return 3 if self.axis("fsdp") > 1 else 0
+        return 3 if self.shard > 1 else 0
+
+    def group_size(self, axis: str) -> int:
+        """Ranks of a comm key's group: a mesh axis, or `dp_shard` (fsdp × ep, the dense FSDP group under EP)."""
+        return self.shard if axis == "dp_shard" else self.axis(axis)
 
     @property
     def global_batch(self) -> int:
@@ -81,6 +92,8 @@ class ScalePlan:
             raise PlanError(f"scale plan zero {self.zero}: use 0..3 (or -1 = from the mesh)")
         if self.axis("fsdp") > 1 and self.zero not in (-1, 3):
             raise PlanError("scale plan: an fsdp axis is ZeRO-3; drop `zero`, or use a dp axis for ZeRO-1/2")
+        if self.axis("ep") > 1 and (self.zero not in (-1, 3) or self.axis("tp") > 1 or self.axis("pp") > 1):
+            raise PlanError("scale plan: ep is simulated and modelled with fsdp and dp only (ZeRO-3; no tp, pp, zero)")
         if self.local_batch % self.microbatches:
             raise PlanError(
                 f"scale plan local_batch {self.local_batch} must divide by microbatches {self.microbatches}"

@@ -9,6 +9,8 @@ overlap   FSDP's all-gathers / reduce-scatters and DP's (HSDP's, ZeRO-1/2's) gra
           the last reduce-scatter or bucket). TP's all-reduces sit between dependent matmuls: all
           exposed (async TP not modelled). PP's sends are exposed; the bubble adds (p-1)/(v·m)
           of the compute.
+          EP's all-to-alls (dispatch, combine: the router's output decides them, the experts wait for
+          them) are all exposed, as torchtitan runs them without overlap
 tokens/s per GPU = global tokens per step ÷ step time ÷ world; MFU = model FLOPs/s ÷ peak
 memory per GPU   = the state the torch implementation holds (analytic.held_state: fp32 gradients,
           as communicated) + saved activations + transient buffers (FSDP: two layers' bf16
@@ -23,7 +25,7 @@ from steps.sim.cluster import Cluster
 from steps.sim.plan import ScalePlan
 from steps.sim.shapes import Shape
 
-OVERLAPPED = ("fsdp", "dp")  # axes whose collectives run beside compute
+OVERLAPPED = ("fsdp", "dp", "dp_shard", "ep")  # axes whose collectives run beside compute (all-to-alls: never)
 
 
 def executed_flops_per_token(shape: Shape, plan: ScalePlan) -> float:
@@ -40,7 +42,11 @@ def calls(shape: Shape, plan: ScalePlan, key: str) -> int:
     """How many collectives make up a `comm` entry (each pays its latency)."""
     L = shape.layers // plan.axis("pp")
     axis, op = key.split("/")
-    if axis == "fsdp":
+    if op == "all_to_all":  # EP: dispatch and combine, forward and backward, and the row counts, per layer
+        return 5 * L
+    if axis in ("dp_shard", "ep", "fsdp") and op == "all_reduce":  # EP: the load-balancing statistics
+        return 2 * L
+    if axis in ("fsdp", "dp_shard", "ep"):
         return 2 * L + 1 if op == "all_gather" else L + 1
     if axis == "dp":
         return L + 1  # one bucket per layer
@@ -57,14 +63,16 @@ def predict(shape: Shape, plan: ScalePlan, cluster: Cluster) -> dict:
     times: dict[str, float] = {}
     for key, nbytes in comm.items():
         axis, op = key.split("/")
-        t = cluster.collective_time(op, nbytes, plan.axis(axis), cluster.link(plan, axis), calls(shape, plan, key))
-        times[axis] = times.get(axis, 0.0) + t
+        n = plan.group_size(axis)
+        t = cluster.collective_time(op, nbytes, n, cluster.link(plan, axis), calls(shape, plan, key))
+        bucket = "all_to_all" if op == "all_to_all" else axis  # EP's all-to-alls sit between the router and the experts
+        times[bucket] = times.get(bucket, 0.0) + t
     L = shape.layers / plan.axis("pp")
     exposed = 0.0
     for axis in OVERLAPPED:
         t = times.get(axis, 0.0)
         exposed += max(0.0, t - compute) + t / (L + 1)
-    exposed += times.get("tp", 0.0) + times.get("pp", 0.0)
+    exposed += times.get("tp", 0.0) + times.get("pp", 0.0) + times.get("all_to_all", 0.0)
     p, v, m = plan.axis("pp"), plan.interleave, plan.microbatches
     bubble = (p - 1) / (v * m) if p > 1 else 0.0
     step = compute * (1 + bubble) + exposed
@@ -79,6 +87,7 @@ def predict(shape: Shape, plan: ScalePlan, cluster: Cluster) -> dict:
         "tokens_per_s_gpu": tps,
         "mfu": shape.flops_per_token(plan.seq) * tps / cluster.peak_flops,
         "comm_bytes": sum(comm.values()),
+        "all_to_all_s": times.get("all_to_all", 0.0),
         **{f"mem_{k}": v for k, v in mem.items()},
         "fits": float(mem["total"] <= cluster.memory_bytes),
     }
@@ -89,6 +98,7 @@ def memory(shape: Shape, plan: ScalePlan) -> dict[str, float]:
     act = A.activations(shape, plan)
     t = plan.axis("tp")
     layer = (shape.groups()["layers"] / shape.layers - shape.layer_replicated()) / t + shape.layer_replicated()
+    layer -= shape.expert_params() / shape.layers * (1 - 1 / plan.axis("ep"))  # EP: a layer gathers its E/ep experts
     fsdp = {3: 2 * A.BF16 + A.GRAD_REDUCE, 2: A.GRAD_REDUCE}.get(plan.zero_stage, 0.0) * layer
     ce = A.FP32 * plan.micro_batch * plan.seq * shape.vocab / (t if shape.family == "llama" else 1)
     out = {"state": st["state"], "activations": act["saved"], "transient": fsdp + ce}

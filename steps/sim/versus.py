@@ -15,6 +15,9 @@ formula each measured quantity is set against.
           forward keeps the blocks' inputs, against the analytic `kept` (the peak adds one layer
           rebuilt in backward, which the forward-side meter does not see)
   Llama AC (selective, full), ZeRO-1, PP  analytic only; a Llama plan is simulated without AC
+  MoE (a named shape with experts)  our GPT with its MoE, balanced routing (steps/sim/moe.py); EP
+          over the ep axis as the sharding stage's native fsdp_ep; simulated without a dp axis and
+          without AC; its saved bytes against an estimate (analytic.moe_bytes_per_token), not an op count
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ GiB = 2**30
 
 
 def simulable(shape: Shape, plan: ScalePlan) -> bool:
-    return plan.axis("pp") == 1 and plan.zero_stage in (0, 2, 3) and (not plan.sp or shape.family == "gpt2")
+    moe_ok = not shape.experts or (plan.axis("dp") == 1 and plan.ac == "none")  # MoE: fsdp × ep, no AC
+    return moe_ok and plan.axis("pp") == 1 and plan.zero_stage in (0, 2, 3) and (not plan.sp or shape.family == "gpt2")
 
 
 def playbook_gap_terms(shape: Shape) -> dict[str, float]:
@@ -54,7 +58,7 @@ def setup(shape: Shape, plan: ScalePlan):
     """(mesh sizes, Recipe, the AC the simulation runs) for a simulable plan."""
     from steps.sim.build import Recipe
 
-    sizes = {a: plan.axis(a) for a in ("dp", "fsdp", "tp")}
+    sizes = {a: plan.axis(a) for a in ("dp", "fsdp", "ep", "tp")}
     if plan.zero_stage == 2:
         sizes = {"dp": 1, "fsdp": plan.axis("dp"), "tp": plan.axis("tp")}
     ac = "full" if plan.ac == "full" and shape.family == "gpt2" else "none"
