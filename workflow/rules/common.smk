@@ -124,8 +124,10 @@ def sharding_gpus(p):
 def all_cores(wildcards):
     """threads of a job that must run alone (perf): every core of a local run (--cores). A cluster
     run gives no --cores: there the job asks the config's `threads`, and its allocation's cores are
-    its own (a profile's set-threads asks more)."""
-    return workflow.global_resources["_cores"].value or config["threads"]
+    its own (a profile's set-threads asks more); the job, re-planned on its node (not the main
+    process, `--cores all` there), must ask the same or its step exceeds the allocation."""
+    cores = workflow.global_resources["_cores"].value if workflow.is_main_process else None
+    return cores or config["threads"]
 
 
 def cell_threads(key):
