@@ -103,7 +103,7 @@ def job_stats(out: str) -> dict[str, int]:
     return {name: int(count) for name, count in rows}
 
 
-@pytest.mark.parametrize("profile", ["slurm", "workstation"])
+@pytest.mark.parametrize("profile", ["slurm", "slurm-local", "workstation"])
 def test_profiles_plan_the_dag(tmp_path, profile):
     """Each profile plans every declared cell of every stage once, the report and `all` once."""
     from steps.config import cells, load_config

@@ -54,7 +54,8 @@ def retrying(fn, *args, attempts: int = 8, **kwargs):
         except Exception as exc:  # MlflowException wraps sqlalchemy OperationalError
             text = str(exc).lower()
             # two jobs logging the same new dataset at once through a server race on its row
-            race = "unique constraint failed: datasets." in text
+            # (SQLite: "UNIQUE constraint failed: datasets.", PostgreSQL: "duplicate key ... datasets")
+            race = "unique constraint failed: datasets." in text or ("duplicate key" in text and "datasets" in text)
             transient = "locked" in text or "busy" in text or "connection" in text or race
             if not transient or i == attempts - 1:
                 raise
@@ -96,12 +97,17 @@ def experiment_id(c, stage: str, uri: str, description: str = "") -> str:
         location = None
         if _is_local_sqlite(uri):
             location = (paths.ARTIFACTS.resolve() / stage).as_uri()
-        return retrying(
-            c.create_experiment,
-            name,
-            artifact_location=location,
-            tags={"stage": stage, "project": "n00bGPT lab", **tags},
-        )
+        try:
+            return retrying(
+                c.create_experiment,
+                name,
+                artifact_location=location,
+                tags={"stage": stage, "project": "n00bGPT lab", **tags},
+            )
+        except Exception as exc:  # another job created it since (jobs on a server hold no shared lock)
+            if "already exists" not in str(exc).lower():
+                raise
+            return retrying(c.get_experiment_by_name, name).experiment_id
 
 
 def init(uri: str | None = None) -> str:

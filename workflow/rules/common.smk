@@ -121,6 +121,15 @@ def sharding_gpus(p):
     return min(need, cap) if isinstance(cap, int) else need
 
 
+def all_cores(wildcards):
+    """threads of a job that must run alone (perf): every core of a local run (--cores). A cluster
+    run gives no --cores: there the job asks the config's `threads`, and its allocation's cores are
+    its own (a profile's set-threads asks more); the job, re-planned on its node (not the main
+    process, `--cores all` there), must ask the same or its step exceeds the allocation."""
+    cores = workflow.global_resources["_cores"].value if workflow.is_main_process else None
+    return cores or config["threads"]
+
+
 def cell_threads(key):
     """threads of a stage's jobs: the cell's own `key` param, else the config's `threads`."""
     def threads(wildcards, rulename):
