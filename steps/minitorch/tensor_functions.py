@@ -182,24 +182,20 @@ class Pow(Function):  # a ** c, c a constant (a 0-d tensor); no gradient for c
         return be.zip(S.mul, g, be.zip(S.mul, c, be.zip(S.pow_, a, c_minus_1))), None
 
 
-class LT(Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        return ctx.backend.zip(S.lt, a, b)
+def _comparison(name: str, fn) -> type:
+    """a < b, a == b: 1.0 or 0.0 per element, no gradient for either input."""
 
-    @staticmethod
+    def forward(ctx, a, b):
+        return ctx.backend.zip(fn, a, b)
+
     def backward(ctx, g):
         return None, None
 
+    return type(name, (Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
 
-class EQ(Function):
-    @staticmethod
-    def forward(ctx, a, b):
-        return ctx.backend.zip(S.eq, a, b)
 
-    @staticmethod
-    def backward(ctx, g):
-        return None, None
+LT = _comparison("LT", S.lt)
+EQ = _comparison("EQ", S.eq)
 
 
 # ---- reductions ---------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ def config_from_hf(hf: LlamaConfig) -> GPTConfig:
     bad = {k: got for k, (got, want) in unsupported.items() if got != want}
     if bad:
         raise ValueError(f"LlamaConfig {bad} unsupported: ours needs { ({k: w for k, (_, w) in unsupported.items()}) }")
+    return rope_gpt_config(hf, rope)
+
+
+def rope_gpt_config(hf, rope: dict, **extra) -> GPTConfig:
+    """Our Llama-family GPTConfig (RoPE, RMSNorm, SwiGLU, no biases) from an HF Llama-style config
+    (LlamaConfig, MixtralConfig, ...); `extra` adds what the family has beyond Llama (e.g. moe)."""
     return GPTConfig(
         vocab_size=hf.vocab_size,
         block_size=hf.max_position_embeddings,
@@ -96,6 +102,7 @@ def config_from_hf(hf: LlamaConfig) -> GPTConfig:
         mlp="swiglu",
         mlp_hidden=hf.intermediate_size,
         tie_weights=hf.tie_word_embeddings,
+        **extra,
     )
 
 

@@ -88,22 +88,9 @@ def config_from_hf(hf: MixtralConfig) -> GPTConfig:
         raise ValueError(
             f"MixtralConfig {bad} unsupported: ours needs { ({k: w for k, (_, w) in unsupported.items()}) }"
         )
-    return GPTConfig(
-        vocab_size=hf.vocab_size,
-        block_size=hf.max_position_embeddings,
-        n_layer=hf.num_hidden_layers,
-        n_head=hf.num_attention_heads,
-        n_kv_head=hf.num_key_value_heads,
-        n_embd=hf.hidden_size,
-        dropout=0.0,
-        bias=False,
-        pos="rope",
-        rope_theta=float(rope.get("rope_theta", 10000.0)),
-        norm="rmsnorm",
-        layer_norm_eps=hf.rms_norm_eps,
-        mlp="swiglu",
-        mlp_hidden=hf.intermediate_size,
-        tie_weights=hf.tie_word_embeddings,
+    return llama_convert.rope_gpt_config(
+        hf,
+        rope,
         moe={
             "experts": hf.num_local_experts,
             "top_k": hf.num_experts_per_tok,
