@@ -27,6 +27,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 HUB_YAML_ASSETS = {
     ("dataset", "Salesforce/wikitext", "wikitext-103-raw-v1"): ["prepare_corpus.source"],
     ("dataset", "allenai/sciq", None): ["prepare_mcq.source"],
+    ("dataset", "IWSLT/iwslt2017", "iwslt2017-de-en"): ["minitorch.cells.translate_fast.translate.source"],
     ("model", "gpt2", None): [
         "train_tokenizer.pretrained",
         "word2vec.cells.gpt2.pretrained",
@@ -293,7 +294,9 @@ def test_missing_hub_asset_stops_before_any_job_naming_every_asset_and_prefetch(
     proc = snakemake(work, tmp_path / "empty_hf", *(["-n"] if dry else []), "--configfile", str(GPU), str(HUB))
     err = proc.stdout + proc.stderr  # Snakemake logs to either, depending on the mode
     assert proc.returncode != 0
-    assert "5 hub asset(s) that this config needs are not in the local Hugging Face cache" in err, err[-3000:]
+    assert (
+        f"{len(HUB_YAML_ASSETS)} hub asset(s) that this config needs are not in the local Hugging Face cache" in err
+    ), err[-3000:]
     assert "so no job was started" in err
     for (kind, repo, name), keys in HUB_YAML_ASSETS.items():
         found = re.search(rf"^  - {kind} {re.escape(repo)}[ ,].*$", err, re.M)
@@ -350,11 +353,8 @@ def test_prefetch_without_a_hub_exits_nonzero_with_one_clear_message(tmp_path, o
     assert "Traceback" not in out
     assert f"cannot reach the Hugging Face hub at {DEAD_HUB}" in proc.stderr
     assert ("HF_HUB_OFFLINE" in proc.stderr) == offline
-    for _, repo, _ in HUB_YAML_ASSETS:
-        assert (
-            f"missing  {'dataset' if repo in ('Salesforce/wikitext', 'allenai/sciq') else 'model'} {repo}"
-            in proc.stdout
-        )
+    for kind, repo, _ in HUB_YAML_ASSETS:
+        assert f"missing  {kind} {repo}" in proc.stdout
     assert "Fix: run `python -m steps.prefetch --configfile configs/gpu.yaml configs/hub.yaml`" in proc.stderr
 
 
@@ -369,7 +369,7 @@ def test_prefetch_lists_cached_assets_and_downloads_nothing_twice(tmp_path, hf_h
     assert "cached   model lab-test/tiny-gpt2 (config.json + tokenizer)  <- train_tokenizer.pretrained" in proc.stdout
     assert "nothing to download" in proc.stdout
     dry = prefetch(hf_home, "--configfile", str(GPU), str(HUB), "--dry-run")
-    assert dry.returncode == 1 and "5 to download (dry run" in dry.stdout
+    assert dry.returncode == 1 and f"{len(HUB_YAML_ASSETS)} to download (dry run" in dry.stdout
     none = prefetch(hf_home, "--configfile", str(GPU))
     assert none.returncode == 0 and "names no hub asset" in none.stdout
 

@@ -83,17 +83,17 @@ def _named(config: dict) -> list[Asset]:
         for cell in cells(config, stage):
             yield cell, cell_config(config, stage, cell)["params"]
 
-    def dataset(stage, cell, key, source):
+    def dataset(stage, cell, key, source, subkey=""):
         path, name = _hf_dataset(source or "")
         if (source or "").startswith("hf:") and looks_like_repo_id(path) and not _is_local(path):
-            out.append(Asset("dataset", path, name, (), (_key(config, stage, cell, key),)))
+            out.append(Asset("dataset", path, name, (), (_key(config, stage, cell, key) + subkey,)))
 
     for stage in ("prepare_corpus", "prepare_mcq"):
         for cell, p in params(stage):
             dataset(stage, cell, "source", p.get("source"))
     for cell, p in params("minitorch"):  # the translation cell's parallel corpus
         if p.get("kind") == "translate":
-            dataset("minitorch", cell, "translate", p["translate"]["source"])
+            dataset("minitorch", cell, "translate", p["translate"]["source"], ".source")
 
     def model(stage, cell, key, value, parts):
         if value and not _is_local(value) and looks_like_repo_id(value):
