@@ -89,8 +89,12 @@ def test_triton_only_where_it_ships_and_cuda_jax_as_extras():
     assert triton.marker.evaluate({**env, "platform_system": "Linux", "platform_machine": "x86_64"})
     assert not triton.marker.evaluate({**env, "platform_system": "Darwin", "platform_machine": "arm64"})
     extras = {name: [Requirement(r) for r in rs] for name, rs in PYPROJECT["optional-dependencies"].items()}
-    for cuda in ("cuda13", "cuda12"):  # JAX's own extras of those names bring its CUDA plugin
-        assert [(r.name, r.extras) for r in extras[cuda]] == [("jax", {cuda})], extras
+    for cuda in ("cuda13", "cuda12"):  # JAX's own extras of those names bring its CUDA plugin; numba-cuda's
+        # (cu13/cu12) bring the CUDA runtime miniTorch's cuda backend compiles against
+        assert [(r.name, r.extras) for r in extras[cuda]] == [
+            ("jax", {cuda}),
+            ("numba-cuda", {cuda.replace("uda", "u")}),
+        ]
 
 
 # ---- constraints --------------------------------------------------------------------------------

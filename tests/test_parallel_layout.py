@@ -54,9 +54,14 @@ def test_the_gaps_are_the_known_ones():
     assert gaps == {
         ("torch_scratch", "single"),
         ("torch_scratch", "fsdp_tp"),
+        ("torch_scratch", "dp_fsdp_tp"),
+        ("torch_scratch", "fsdp_ep"),
         ("torch_native", "single"),
         ("jax_jit", "pp"),
+        ("jax_jit", "ep"),  # expert dispatch is shard_map's all_to_all
+        ("jax_jit", "fsdp_ep"),
         ("jax_shard_map", "pp"),
+        ("jax_shard_map", "fsdp_ep"),
     }
     with pytest.raises(PlanError, match="use backend torch_native or jax_jit or jax_shard_map"):
         engines.entry("torch_scratch", "fsdp_tp")
@@ -67,7 +72,10 @@ def test_the_gaps_are_the_known_ones():
 def test_scratch_builders_match_the_registry():
     from steps.parallel.scratch.engine import BUILDERS
 
-    assert set(BUILDERS) == {s for b, s in engines.ENGINES if b == "torch_scratch"}
+    mlp_engine = "steps.parallel.scratch.engine:ScratchEngine"  # (scratch EP has its own engine, on the MoE)
+    assert set(BUILDERS) == {
+        s for (b, s), e in engines.ENGINES.items() if b == "torch_scratch" and e.target == mlp_engine
+    }
 
 
 # ---- imports -----------------------------------------------------------------------------------
@@ -84,7 +92,7 @@ def _imports(path: Path) -> set[str]:
 
 
 # models -> engine -> entry point; lessons apart (may use the engine, nothing uses it)
-JAX_LAYERS = {"specs": 0, "mlp": 1, "gpt": 1, "measure": 1, "engine": 2, "lessons": 3, "__main__": 3}
+JAX_LAYERS = {"specs": 0, "mlp": 1, "gpt": 1, "moe": 1, "measure": 1, "engine": 2, "lessons": 3, "__main__": 3}
 
 
 def test_jax_imports_go_one_way():
