@@ -29,7 +29,8 @@ DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "mariadbd", "munged")
 # report columns that time, rate or measure the process (RSS peaks): they differ run to run; every
 # other value must match the local run
 TIMED = re.compile(
-    r"/s|peak mem|GEMM peak|MFU|×|ours/|% peak|pairs|interval|low|high|p10|p90|vs baseline|wall|time|compile s|run_id|_id$"
+    r"/s|peak mem|GEMM peak|MFU|×|ours/|% peak|pairs|interval|low|high|p10|p90|vs baseline|wall|time|compile s"
+    r"|run_id|_id$"
 )
 
 
