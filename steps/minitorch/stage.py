@@ -16,7 +16,6 @@ The engine computes in float64: torch eager is timed in float64 too, the same ar
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import numpy as np
@@ -178,13 +177,17 @@ def run_gpt(ctx: StageRun, backend: str) -> dict:
     import torch
 
     from steps.minitorch.models import DecoderLM
-    from steps.paired import compare
+    from steps.paired import interleave, ratio_of_pairs
 
     g = ctx.params["gpt"]
     torch.set_num_threads(max(ctx.threads, 1))
     tok, train, _ = load_tokens(ctx, g["max_tokens"])
     vocab = len(tok)
-    batches = [train.batch(g["batch_size"], step).numpy() for step in range(g["train_steps"] + g["pairs"] + 4)]
+    batches = [train.batch(g["batch_size"], step).numpy() for step in range(g["train_steps"] + 1)]  # + the timed one
+
+    def fresh(backend: str) -> Trainers:  # both engines from the same init (torch_gpt seeds)
+        model = torch_gpt(ctx, vocab)
+        return Trainers(model, DecoderLM.from_torch(model, backend), g)
 
     model = torch_gpt(ctx, vocab)
     ours = DecoderLM.from_torch(model, backend)
@@ -193,8 +196,7 @@ def run_gpt(ctx: StageRun, backend: str) -> dict:
         if out[key] > g["parity_tol"]:
             raise RuntimeError(f"{key} = {out[key]:.3g} on {backend}: beyond {g['parity_tol']:g}")
 
-    model = torch_gpt(ctx, vocab)  # fresh, same init: the trajectories start together
-    trainers = Trainers(model, DecoderLM.from_torch(model, backend), g)
+    trainers = fresh(backend)  # fresh, same init: the trajectories start together
     rows = []
     for step in ctx.progress(range(g["train_steps"]), desc="same steps, both engines"):
         ours_loss, torch_loss = trainers.step_ours(batches[step]), trainers.step_torch(batches[step])
@@ -209,30 +211,18 @@ def run_gpt(ctx: StageRun, backend: str) -> dict:
         raise RuntimeError(f"loss trajectories part by {out['loss_trajectory_err']:.3g} (> {g['trajectory_tol']:g})")
 
     # speed: the next steps of the same two trainers, interleaved
-    it = iter(batches[g["train_steps"] :])
-    x = next(it)
-    tokens = x.size
-    ours_times, torch_times = [], []
-
-    def timed(fn, sink):
-        def call():
-            t0 = time.perf_counter()
-            fn(x)
-            sink.append(time.perf_counter() - t0)
-
-        return call
-
-    ratio = compare(
-        timed(trainers.step_ours, ours_times), timed(trainers.step_torch, torch_times), pairs=g["pairs"], warmup=1
-    )
+    x = batches[g["train_steps"]]
+    ours_times, torch_times = interleave(lambda: trainers.step_ours(x), lambda: trainers.step_torch(x), g["pairs"])
+    ratio = ratio_of_pairs(ours_times, torch_times)
     out.update(ratio.as_metrics("vs_torch_eager"))
-    out["tokens_per_s"] = tokens / float(np.median(ours_times[1:]))
-    out["torch_tokens_per_s"] = tokens / float(np.median(torch_times[1:]))
+    out["tokens_per_s"] = x.size / float(np.median(ours_times))
+    out["torch_tokens_per_s"] = x.size / float(np.median(torch_times))
     ctx.set_tag("vs_torch_eager", str(ratio))
     if backend != "reference" and g["vs_reference_pairs"]:
-        slow = Trainers(torch_gpt(ctx, vocab), DecoderLM.from_torch(torch_gpt(ctx, vocab), "reference"), g)
-        fast = Trainers(torch_gpt(ctx, vocab), DecoderLM.from_torch(torch_gpt(ctx, vocab), backend), g)
-        vs_ref = compare(lambda: fast.step_ours(x), lambda: slow.step_ours(x), pairs=g["vs_reference_pairs"], warmup=1)
+        fast, slow = fresh(backend), fresh("reference")
+        vs_ref = ratio_of_pairs(
+            *interleave(lambda: fast.step_ours(x), lambda: slow.step_ours(x), g["vs_reference_pairs"])
+        )
         out.update(vs_ref.as_metrics("vs_reference"))
     out["vocab_size"] = vocab
     return out
