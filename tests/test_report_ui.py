@@ -125,3 +125,17 @@ def test_snakemake_report_includes_the_lab_report(smoke_dag, tmp_path):
     target = tmp_path / "report.html"
     snakemake(smoke_dag, "--report", str(target))
     assert target.exists() and target.stat().st_size > 10_000
+
+
+def test_report_values_compare_all_but_timings(tmp_path):
+    from steps.report.values import differences, main, report_values
+
+    for side, (loss, rate) in {"a": ("2.5", "100"), "b": ("2.5", "250"), "c": ("2.6", "100")}.items():
+        (tmp_path / side / "reports").mkdir(parents=True)
+        (tmp_path / side / "reports" / "perf.csv").write_text(f"cell,loss,tokens/s\nbase,{loss},{rate}\n")
+    a, b, c = (report_values(tmp_path / s) for s in "abc")
+    assert a == {("perf", "base", "loss"): "2.5"} and not differences(a, b)
+    assert differences(a, c) == {("perf", "base", "loss"): ("2.5", "2.6")}
+    assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert main([str(tmp_path / "a"), str(tmp_path / "c")]) == 1
+    assert main([str(tmp_path / "a"), str(tmp_path / "missing")]) == 2

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from steps.report.values import report_values
 from tests.conftest import ROOT, SMOKE, SNAKEFILE, clean_env
 
 pytestmark = pytest.mark.slow
@@ -26,12 +27,6 @@ SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
 MLFLOW_SERVER = ROOT / "scripts" / "mlflow-server"
 PROFILE = ROOT / "workflow" / "profiles" / "slurm-local"
 DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "mariadbd", "munged")
-# report columns that time, rate or measure the process (RSS peaks): they differ run to run; every
-# other value must match the local run
-TIMED = re.compile(
-    r"/s|peak mem|GEMM peak|MFU|×|ours/|% peak|pairs|interval|low|high|p10|p90|vs baseline|wall|time|compile s"
-    r"|run_id|_id$"
-)
 
 
 def _script(script: Path, cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -119,17 +114,6 @@ def timelimit(minutes: int) -> str:
     return (f"{days}-" if days else "") + f"{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-def report_values(work: Path) -> dict[tuple[str, str, str], str]:
-    """{(stage, cell, column): value} of every report table, timing columns left out."""
-    values = {}
-    for table in sorted((work / "results/reports").glob("*.csv")):
-        for row in csv.DictReader(table.open()):
-            for col, value in row.items():
-                if col not in ("cell", "reason") and not TIMED.search(col):
-                    values[table.stem, row["cell"], col] = value
-    return values
-
-
 @pytest.fixture(scope="module")
 def slurm_dag(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm_dag")
@@ -191,7 +175,7 @@ def test_every_job_is_an_mlflow_run_under_one_lab_run_on_the_server(slurm_dag, c
 
 
 def test_report_matches_the_local_smoke_run(slurm_dag, smoke_dag):
-    got, want = report_values(slurm_dag[0]), report_values(smoke_dag)
+    got, want = report_values(slurm_dag[0] / "results"), report_values(smoke_dag / "results")
     assert set(got) == set(want)
     differ = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
     print(f"\n{len(want)} deterministic report values compared with the local smoke run; {len(differ)} differ")
