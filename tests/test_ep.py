@@ -2,13 +2,17 @@
 one device, state and all-to-all bytes against the analytic model, and a diverged expert on one
 rank failing the cell."""
 
+import json
+
 import pytest
 import torch
 
+from steps.config import cell_config, cells, load_config
 from steps.parallel import analytic as A
 from steps.parallel.launch import launch
-from steps.parallel.plan import Plan, PlanError
+from steps.parallel.plan import STRATEGY_AXES, Plan, PlanError
 from steps.sharding import summarize
+from tests.conftest import DEFAULT, SMOKE
 
 MOE_GPT = {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
 MOE = {"experts": 8, "top_k": 2, "aux_loss_coef": 0.02}
@@ -108,3 +112,14 @@ def test_jax_shard_map_ep_matches_one_device(tmp_path):
     assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= 1e-12, m
     assert ranks[0]["comm_calls"]["all-to-all"] == 4 * 2 - 1  # the first dispatch's transpose is dead code
     assert abs(m["comm_ratio"] - 1) <= 1e-12 and abs(m["state_ratio"] - 1) <= 1e-12
+
+
+@pytest.mark.parametrize("configfile", [DEFAULT, SMOKE], ids=["default", "smoke"])
+def test_every_sharding_cell_plans_from_its_jobs_sorted_json(configfile):
+    """A job's cfg reaches it as JSON with sorted keys (rules/common.smk): a mesh like {fsdp: 2, ep: 2}
+    arrives as {ep, fsdp}; the plan must still come out in the strategy's order (outer axis first)."""
+    cfg = load_config(DEFAULT, configfile)
+    for cell in cells(cfg, "sharding"):
+        params = json.loads(json.dumps(cell_config(cfg, "sharding", cell)["params"], sort_keys=True))
+        plan = Plan.from_params(params)
+        assert tuple(plan.mesh) == STRATEGY_AXES[plan.strategy] or plan.backend == "jax_lessons", (cell, plan.mesh)

@@ -81,6 +81,11 @@ class Plan:
     @classmethod
     def from_params(cls, params: dict) -> "Plan":
         known = {k: v for k, v in params.items() if k in cls.__dataclass_fields__}
+        # a job's cfg is JSON with sorted keys, so a YAML mesh's order never reaches here: the
+        # strategy fixes it (outer axis first)
+        want, mesh = STRATEGY_AXES.get(known.get("strategy", cls.strategy), ()), known.get("mesh")
+        if isinstance(mesh, dict) and set(mesh) == set(want):
+            known["mesh"] = {a: mesh[a] for a in want}
         plan = cls(**known)
         plan.check()
         return plan
@@ -129,7 +134,7 @@ class Plan:
             return
         if tuple(self.mesh) != want:
             raise PlanError(
-                f"sharding: strategy {self.strategy} needs mesh axes {list(want)} in that order, "
+                f"sharding: strategy {self.strategy} needs mesh axes {list(want)}, "
                 f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}"
             )
         if any(int(v) < 1 for v in self.mesh.values()):
