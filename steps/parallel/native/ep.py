@@ -85,6 +85,9 @@ class NativeEPEngine(GPTEngine):
             for moe in moe_layers(model):
                 fully_shard(moe.experts, mesh=self.mesh["fsdp"])
                 moe.experts.set_gradient_divide_factor(float(self.world))
+                # a custom factor makes fp32/bf16 reduce-scatters PREMUL_SUM, which gloo lacks: divide
+                # before and after a plain SUM instead (what FSDP2 does for other dtypes)
+                moe.experts.set_force_sum_reduction_for_comms(dist.get_backend() == "gloo")
             apply_fsdp(model, self.mesh["fsdp", "ep"]._flatten("dp_shard"))
             self.model, self.divide_experts = model, 1
             return
