@@ -24,7 +24,7 @@ STRATEGY_AXES = {
     "dp_tp": ("dp", "tp"),
     "fsdp_tp": ("fsdp", "tp"),
     "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
-    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (steps/parallel/ep.py)
+    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (expert_parallel.py)
     "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
 }
 PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}

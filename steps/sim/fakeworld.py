@@ -34,6 +34,7 @@ from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from steps.parallel.comm import CommCounter, NativeCommMode
+from steps.parallel.native import parallelize as P
 from steps.sim import build as B
 from steps.sim.shapes import Shape
 
@@ -232,14 +233,15 @@ def parallelized(shape: Shape, mesh: Mesh, fake: FakeTensorMode, layers: int | N
     with fake:
         model = B.build(shape, layers, recipe)
     if mesh.tp.size() > 1:
-        B.apply_tp(model, mesh.tp, recipe.sp)
+        P.apply_tp(model, mesh.tp, recipe.sp)
     if shape.experts:
         from steps.sim import moe
 
         moe.balance(model)
         if mesh.ep is not None:
-            moe.apply_expert_parallel(model, mesh.ep, mesh.fsdp, mesh.data.get_group(), B.policy(recipe))
-    B.apply_fsdp(model, mesh.data, recipe)
+            P.apply_ep(model, mesh.ep, mesh.data.get_group(), fsdp_mesh=mesh.fsdp, mp_policy=B.policy(recipe))
+            moe.balance(model)
+    P.apply_fsdp(model, mesh.data, B.policy(recipe), reshard_after_forward=recipe.reshard)
     return model
 
 
