@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 
+from steps.parallel.plan import PlanError
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
-from steps.sim.plan import PlanError, ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.search import best_plan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import predict

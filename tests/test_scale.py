@@ -9,10 +9,11 @@ import json
 import pytest
 
 from steps.config import cell_config, load_config
+from steps.parallel.plan import PlanError
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
-from steps.sim.plan import PlanError, ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
 from steps.tracking import InputError

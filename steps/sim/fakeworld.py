@@ -35,10 +35,11 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from steps.parallel.comm import CommCounter, NativeCommMode
 from steps.parallel.native import parallelize as P
+from steps.parallel.plan import AXES as PLAN_AXES
 from steps.sim import build as B
 from steps.sim.shapes import Shape
 
-AXES = ("dp", "fsdp", "ep", "tp")
+AXES = tuple(a for a in PLAN_AXES if a != "pp")  # the simulated mesh: pipeline stages are analytic only
 
 
 @dataclass

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from steps.sim import analytic as A
-from steps.sim.plan import ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 
 GiB = 2**30
