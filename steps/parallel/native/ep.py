@@ -23,7 +23,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.parallel.expert_parallel import is_expert
-from steps.parallel.gpt import full_model, param_shapes
+from steps.parallel.gpt_init import full_model, param_shapes
 from steps.parallel.native.engine import GPTEngine, _device_type, full_tensor
 from steps.parallel.native.parallelize import apply_ddp, apply_ep, apply_fsdp
 from steps.parallel.plan import Plan

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from steps.parallel import comm
 from steps.parallel.expert_parallel import Collectives, ExpertParallelMoE, is_expert, local_experts, moe_layers
-from steps.parallel.gpt import full_model, param_shapes
+from steps.parallel.gpt_init import full_model, param_shapes
 from steps.parallel.native.engine import GPTEngine
 from steps.parallel.plan import Plan
 

@@ -30,7 +30,7 @@ MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.floa
 class Recipe:
     """How the simulated rank is built and trained. The default is the scale stage's (torchtitan's):
     bf16 compute with fp32 gradient reduction, AdamW, the loss on the logits (loss-parallel under
-    TP). The sharding stage's gloo cells (steps/sim/ours.py) train our GPT in fp32 without a
+    TP). The sharding stage's gloo cells (steps/sim/replay_sharding.py) train our GPT in fp32 without a
     mixed-precision policy, with their own optimizer, on the model's own loss (labels=ids).
 
     reshard  FSDP2 reshard_after_forward: False keeps each layer's gathered parameters from forward
