@@ -9,16 +9,17 @@ predicts the step time, tokens/s per GPU, MFU and memory per GPU on the cluster
 the prediction by it. A cell with `search: true` ranks every plan for its model, global
 batch and world instead and reports the best one that fits (steps/sim/search.py). A cell with
 `measured: [<sharding cells>]` replays the sharding stage's gloo cells on the fake group and sets
-the simulated bytes against what their ranks measured (steps/sim/ours.py).
+the simulated bytes against what their ranks measured (steps/sim/replay_sharding.py).
 """
 
 from __future__ import annotations
 
 import math
 
+from steps.parallel.plan import PlanError
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
-from steps.sim.plan import PlanError, ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.search import best_plan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import predict
@@ -158,7 +159,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
 def ours_cell(ctx, p: dict) -> dict:
     """The sharding stage's gloo cells (`measured`, their plans in `sharding_plans`, their
     metrics.json the job's inputs) replayed by the simulator: state and comm bytes, sim ÷ gloo."""
-    from steps.sim.ours import check  # torch: only this cell (scale.py stays torch-free for analytic cells)
+    from steps.sim.replay_sharding import check  # torch: only this cell (scale.py stays torch-free for analytic cells)
 
     missing = [c for c in p["measured"] if c not in (p.get("sharding_plans") or {})]
     if missing:

@@ -49,7 +49,7 @@ def test_ep_analytic_by_hand():
     """ep=4, fp64, 8 sequences of 8 tokens, C=16, E=8 GELU experts of 64, top-2, 2 layers.
     Experts 2 · 8 · 2 · 64 · 16 = 32768 parameters of 36512; dense 3744."""
     p = ep_plan()
-    from steps.parallel.gpt import full_model, param_shapes
+    from steps.parallel.gpt_init import full_model, param_shapes
 
     shapes = param_shapes(full_model(p, torch.float64))
     assert sum(shapes.values()) == 36512 and sum(n for k, n in shapes.items() if ".experts." in k) == 32768

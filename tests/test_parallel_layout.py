@@ -92,7 +92,16 @@ def _imports(path: Path) -> set[str]:
 
 
 # models -> engine -> entry point; lessons apart (may use the engine, nothing uses it)
-JAX_LAYERS = {"specs": 0, "mlp": 1, "gpt": 1, "moe": 1, "measure": 1, "engine": 2, "lessons": 3, "__main__": 3}
+JAX_LAYERS = {
+    "specs": 0,
+    "toy_mlp": 1,
+    "gpt_blocks": 1,
+    "moe_blocks": 1,
+    "measure": 1,
+    "engine": 2,
+    "lessons": 3,
+    "__main__": 3,
+}
 
 
 def test_jax_imports_go_one_way():
@@ -114,7 +123,7 @@ def test_the_launching_side_imports_neither_torch_nor_jax():
     where a cell needs it."""
     code = (
         "import sys; import steps.sharding, steps.parallel.engines, steps.parallel.parity, "
-        "steps.parallel.analytic, steps.parallel.mlp_init; "
+        "steps.parallel.analytic, steps.parallel.toy_mlp_init; "
         "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -9,10 +9,11 @@ import json
 import pytest
 
 from steps.config import cell_config, load_config
+from steps.parallel.plan import PlanError
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
-from steps.sim.plan import PlanError, ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
 from steps.tracking import InputError
@@ -223,7 +224,7 @@ def test_simulated_bytes_equal_the_gloo_cells_exactly(gloo_runs, cell):
     """DP (DDP, simulated as HSDP with a shard axis of one), FSDP2, TP, dp×tp, fsdp×tp: rank 0's
     state after the step and its first step's collective bytes, simulated = measured on gloo."""
     from steps.parallel.plan import Plan
-    from steps.sim.ours import measured, replay
+    from steps.sim.replay_sharding import measured, replay
 
     sim, got = replay(Plan.from_params({**sharding_params(cell), "seed": 0})), measured(gloo_runs[cell])
     assert sim["state_bytes"] == got["state_bytes"]
@@ -240,7 +241,7 @@ def test_sequence_parallel_gap_is_the_norm_gradients(gloo_runs):
     FSDP2's post-backward issues; the gloo cell (no FSDP) runs it in the optimizer step, outside
     its counter. 2 layers × 2 LayerNorms × (weight + bias) of 32 fp32, ring factor 1 at tp = 2."""
     from steps.parallel.plan import Plan
-    from steps.sim.ours import measured, replay
+    from steps.sim.replay_sharding import measured, replay
 
     sim = replay(Plan.from_params({**sharding_params("native_tp_sp"), "seed": 0}))
     got = measured(gloo_runs["native_tp_sp"])
@@ -266,9 +267,9 @@ def test_swiglu_gqa_under_tp_equals_analytic():
     import torch
 
     from steps.parallel import analytic
-    from steps.parallel.gpt import full_model
+    from steps.parallel.gpt_init import full_model
     from steps.parallel.plan import Plan
-    from steps.sim.ours import replay
+    from steps.sim.replay_sharding import replay
 
     gpt = dict(vocab_size=128, block_size=16, n_layer=2, n_head=4, n_embd=32, mlp="swiglu", n_kv_head=2, bias=False)
     for mesh, strategy in (({"tp": 2}, "tp"), ({"fsdp": 2, "tp": 2}, "fsdp_tp")):
@@ -375,7 +376,7 @@ TINY_MOE = dict(
 @pytest.mark.parametrize("mesh", [{"fsdp": 8}, {"fsdp": 2, "ep": 4}, {"ep": 8}], ids=["fsdp8", "fsdp2xep4", "ep8"])
 def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
     """A tiny Mixtral-like MoE (8 experts, top-2) at world 8: FSDP2 alone, and expert parallelism with
-    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/sim/moe.py):
+    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/sim/balanced_moe.py):
     the simulated state and every collective's bytes (the all-to-alls included) equal analytic.py's."""
     from steps.models.shapes import SHAPES
     from steps.sim import fakeworld as fw

@@ -222,7 +222,7 @@ def test_gpt_loss_keeps_the_models_precision():
     exact cross-entropy of its float64 logits; a float32 loss in a float64 plan stops the rank."""
     import torch
 
-    from steps.parallel.gpt import full_model, gpt_batch
+    from steps.parallel.gpt_init import full_model, gpt_batch
     from steps.parallel.worker import check_loss_dtype
 
     p = plan(backend="torch_native", strategy="fsdp", mesh={"fsdp": 2}, model="gpt", dtype="float64")
@@ -517,9 +517,9 @@ def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch)
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from steps.parallel.mlp_init import init_mlp
     from steps.parallel.native.engine import PipelineEngine
     from steps.parallel.scratch.pp import PipelineMLP
+    from steps.parallel.toy_mlp_init import init_mlp
 
     sent = _record_gathers(monkeypatch)
     with FakeTensorMode(allow_non_fake_inputs=True):

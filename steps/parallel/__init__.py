@@ -1,6 +1,7 @@
 """Parallel training, from scratch and native, torch and JAX, one concern a file.
 
-plan.py       the descriptive plan of a cell (mesh, strategy, schedule, model); no torch/jax
+plan.py       the plan vocabulary (mesh AXES, PlanError, MeshPlan) and a cell's descriptive Plan
+              (mesh, strategy, schedule, model); no torch/jax. The scale stage's ScalePlan builds on it
 engines.py    (backend, strategy) -> the engine that runs it, and the engine protocols
 launch.py     where a cell runs (GPUs, backends) and starting its processes; fail fast
 nodes.py      across hosts: each node's place (config or SLURM), its interface, the unreachable node
@@ -9,8 +10,11 @@ worker.py     one torch rank's loop: train K steps, measure, compare with the re
 analytic.py   the ring cost factors and what each strategy should cost
 comm.py       torch collectives through a byte counter (scratch) and a dispatch-mode counter (native)
 reference.py  the single-device torch references;  parity.py  the one parity helper
-mlp.py, mlp_init.py, gpt.py   the models as the torch engines build them (numpy weights for the MLP)
+toy_mlp.py, toy_mlp_init.py  the toy MLP the scratch engines shard (its numpy weights and batches)
+gpt_init.py   our GPT as the torch engines build it: config from the plan, seeded weights, batches
+expert_parallel.py  the EP dispatch schedule on the MoE GPT, shared by scratch/ep.py and native/ep.py
 scratch/      dp.py, tp.py, fsdp.py, pp.py on the MLP; engine.py
-native/       parallelize.py (parallelize_gpt: TP, then FSDP2 or DDP), pipeline.py (pipeline_gpt); engine.py
-jax/          specs, mlp, gpt (models) -> engine -> __main__ (entry point); lessons apart
+native/       parallelize.py (the one parallelize path: apply_tp, apply_ep, apply_fsdp, apply_ddp;
+              parallelize_gpt), pipeline.py (pipeline_gpt); engine.py, ep.py. The scale simulator uses it too
+jax/          specs, toy_mlp, gpt_blocks, moe_blocks (models) -> engine -> __main__ (entry point); lessons apart
 """

@@ -1,6 +1,9 @@
-"""The descriptive plan of one sharding cell (the AXLearn lesson): mesh, strategy, schedule, model.
+"""The plan vocabulary: the mesh axes every plan names (AXES), the one PlanError, MeshPlan (what
+any plan's mesh says: axis sizes, world size, data axes, checks), and the descriptive plan of one
+sharding cell (the AXLearn lesson): mesh, strategy, schedule, model. The scale stage's plan is the
+same MeshPlan with its own knobs (steps/sim/scale_plan.py: ZeRO stage, SP, AC, batch).
 
-Both backends read this dataclass; torch applies it imperatively (torchtitan style:
+Both backends read the cell's Plan; torch applies it imperatively (torchtitan style:
 native/parallelize.py, scratch/), JAX hands it to the compiler as shardings (jax/). Which engine
 runs a (backend, strategy) is engines.py's table. Nothing here imports torch or jax at import time:
 the Snakemake job that launches a cell and the JAX process read the plan too.
@@ -14,6 +17,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+AXES = ("pp", "dp", "fsdp", "ep", "tp")  # outer -> inner, torchtitan's order: tp on neighbouring GPUs
+DATA_AXES = ("dp", "fsdp", "ep")  # the axes that split the batch (ep: for every parameter but the experts)
+
 # strategy -> the mesh axes it needs, in mesh order (outer axis first)
 STRATEGY_AXES = {
     "single": (),
@@ -24,7 +30,7 @@ STRATEGY_AXES = {
     "dp_tp": ("dp", "tp"),
     "fsdp_tp": ("fsdp", "tp"),
     "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
-    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (steps/parallel/ep.py)
+    "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (expert_parallel.py)
     "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
 }
 PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}
@@ -35,8 +41,40 @@ class PlanError(ValueError):
     """A plan that cannot run as written (names the key and the fix)."""
 
 
+class MeshPlan:
+    """What every plan's `mesh` ({axis: size}, axes from AXES) says. A mixin: each plan declares
+    its own `mesh` field (and keeps its field order)."""
+
+    mesh: dict
+
+    def axis(self, name: str) -> int:
+        return int(self.mesh.get(name, 1))
+
+    @property
+    def world(self) -> int:
+        return math.prod(self.axis(a) for a in self.mesh)
+
+    @property
+    def data_axes(self) -> tuple[str, ...]:
+        """Every axis the batch is split over: dp and fsdp together under HSDP (dp_fsdp_tp)."""
+        return tuple(a for a in DATA_AXES if a in self.mesh)
+
+    @property
+    def data_size(self) -> int:
+        """Ranks that see different rows of the batch: the product of the data axes."""
+        return math.prod(self.axis(a) for a in self.data_axes)
+
+    def check_mesh(self, key: str) -> None:
+        """Known axes, sizes >= 1; `key` is the config key the errors name (e.g. sharding.mesh)."""
+        bad = set(self.mesh) - set(AXES)
+        if bad:
+            raise PlanError(f"{key} axes {sorted(bad)} unknown; use {list(AXES)}")
+        if any(int(v) < 1 for v in self.mesh.values()):
+            raise PlanError(f"{key} sizes must be >= 1, got {self.mesh}")
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(MeshPlan):
     backend: str = "torch_scratch"
     strategy: str = "dp"
     mesh: dict = field(default_factory=lambda: {"dp": 2})
@@ -93,28 +131,11 @@ class Plan:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    # ---- derived facts -------------------------------------------------------------------
-    @property
-    def world(self) -> int:
-        return math.prod(self.mesh.values()) if self.mesh else 1
-
-    def axis(self, name: str) -> int:
-        return int(self.mesh.get(name, 1))
-
+    # ---- derived facts (world, axis, data_axes, data_size: MeshPlan) ----------------------
     @property
     def data_axis(self) -> str | None:
         """The axis the batch is split on (dp, fsdp or ep), if any."""
-        return next((a for a in ("dp", "fsdp", "ep") if a in self.mesh), None)
-
-    @property
-    def data_axes(self) -> tuple[str, ...]:
-        """Every axis the batch is split over: dp and fsdp together under HSDP (dp_fsdp_tp)."""
-        return tuple(a for a in ("dp", "fsdp", "ep") if a in self.mesh)
-
-    @property
-    def data_size(self) -> int:
-        """Ranks that see different rows of the batch: the product of the data axes."""
-        return math.prod(self.axis(a) for a in self.data_axes)
+        return next(iter(self.data_axes), None)
 
     @property
     def pretty(self) -> str:
@@ -137,8 +158,7 @@ class Plan:
                 f"sharding: strategy {self.strategy} needs mesh axes {list(want)}, "
                 f"got {list(self.mesh)}; fix: mesh: {{{', '.join(f'{a}: 2' for a in want)}}}"
             )
-        if any(int(v) < 1 for v in self.mesh.values()):
-            raise PlanError(f"sharding.mesh sizes must be >= 1, got {self.mesh}")
+        self.check_mesh("sharding.mesh")
         dp = self.data_size
         if self.batch_size % dp:
             raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axes' size {dp}")

@@ -15,10 +15,10 @@ import torch
 
 from steps.models.gpt import Block, GPTConfig
 from steps.models.train_step import StepOptions, TrainStep
-from steps.parallel.gpt import full_model, gpt_batch
-from steps.parallel.mlp import MLP, loss_fn
-from steps.parallel.mlp_init import make_batch
+from steps.parallel.gpt_init import full_model, gpt_batch
 from steps.parallel.plan import Plan
+from steps.parallel.toy_mlp import MLP, loss_fn
+from steps.parallel.toy_mlp_init import make_batch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

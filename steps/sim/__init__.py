@@ -3,12 +3,14 @@ meshes of 8 to 1,024 GPUs, simulated in one process and modelled analytically (t
 steps/scale.py). One concern a file:
 
   shapes.py     a model's shape: parameter counts by group, model FLOPs per token
-  build.py      the real model (HF Llama, our GPT) under a FakeTensorMode, TP then FSDP2
+  scale_plan.py ScalePlan: the mesh (steps/parallel/plan.py's vocabulary), ZeRO stage, SP, AC, batch
+  recipe.py     the real model (HF Llama, our GPT) under a FakeTensorMode and how the rank trains it;
+                parallelized by steps/parallel/native/parallelize.py, the sharding stage's path
   fakeworld.py  one rank of a W-rank step on torch's fake process group: state, saved, comm bytes
-  moe.py        the MoE GPT on the fake group: balanced routing, expert parallelism over the ep axis
+  balanced_moe.py  the MoE GPT on the fake group: balanced routing (EP: parallelize.apply_ep)
   versus.py     which step a plan's simulation runs (ZeRO-2, SP, full AC included) and which formula
                 each simulated number is set against
-  ours.py       the sharding stage's gloo cells replayed on the fake group, against their ranks' bytes
+  replay_sharding.py  the sharding stage's gloo cells replayed on the fake group, against their ranks' bytes
   analytic.py   the Playbook's formulas: ZeRO-0..3 state, activations per layer, comm per strategy
   cluster.py    a cluster description and the α–β cost of each collective on it
   steptime.py   compute, exposed communication, pipeline bubble -> tokens/s per GPU, MFU, fits

@@ -38,7 +38,7 @@ forward and its gradient back at each stage boundary.
 from __future__ import annotations
 
 from steps.parallel.analytic import ring_bytes
-from steps.sim.plan import ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 
 BF16, FP32 = 2, 4

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from steps.sim.plan import AXES, ScalePlan
+from steps.parallel.plan import AXES
+from steps.sim.scale_plan import ScalePlan
 
 STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),

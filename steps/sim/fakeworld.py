@@ -1,6 +1,7 @@
 """One rank of a W-rank job, in this process: torch's fake process group (collectives return at
 once, nothing is sent), a DeviceMesh (dp, fsdp, ep, tp) over it, the real model under a FakeTensorMode
-(build.py), one training step (forward, loss, backward, AdamW step). Read from it, exactly:
+(recipe.py) parallelized by the sharding stage's path (steps/parallel/native/parallelize.py), one
+training step (forward, loss, backward, AdamW step). Read from it, exactly:
 
   state      local shard bytes (DTensor.to_local) of the parameters (fp32), their gradients (fp32,
              FSDP2 reduces in fp32) and AdamW's two moments (fp32) after the step
@@ -34,10 +35,12 @@ from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from steps.parallel.comm import CommCounter, NativeCommMode
-from steps.sim import build as B
+from steps.parallel.native import parallelize as P
+from steps.parallel.plan import AXES as PLAN_AXES
+from steps.sim import recipe as R
 from steps.sim.shapes import Shape
 
-AXES = ("dp", "fsdp", "ep", "tp")
+AXES = tuple(a for a in PLAN_AXES if a != "pp")  # the simulated mesh: pipeline stages are analytic only
 
 
 @dataclass
@@ -200,7 +203,7 @@ def saved_meter(model):
             h.remove()
 
 
-def one_step(shape: Shape, mesh, layers: int, batch: int, seq: int, recipe: B.Recipe = B.SCALE) -> Step:
+def one_step(shape: Shape, mesh, layers: int, batch: int, seq: int, recipe: R.Recipe = R.SCALE) -> Step:
     """One training step of `layers` layers at the full width on `mesh` (batch = this rank's)."""
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     model = parallelized(shape, mesh, fake, layers, recipe)
@@ -210,7 +213,7 @@ def one_step(shape: Shape, mesh, layers: int, batch: int, seq: int, recipe: B.Re
         mode = AxisCommMode(mesh)
         with mode:
             with saved_meter(model) as (saved, params):
-                B.loss_of(model, ids, recipe)
+                R.loss_of(model, ids, recipe)
         opt = recipe.optimizer_for(list(model.parameters()))
         opt.step()
     ps = list(model.parameters())
@@ -225,21 +228,22 @@ def one_step(shape: Shape, mesh, layers: int, batch: int, seq: int, recipe: B.Re
     )
 
 
-def parallelized(shape: Shape, mesh: Mesh, fake: FakeTensorMode, layers: int | None = None, recipe=B.SCALE):
+def parallelized(shape: Shape, mesh: Mesh, fake: FakeTensorMode, layers: int | None = None, recipe=R.SCALE):
     """The model built under `fake`, TP over mesh['tp'] (if > 1), FSDP2 over mesh['dp','fsdp'].
     Parallelized outside the mode: the fake tensors keep their mode, while FSDP2's mesh
     bookkeeping (it concatenates the TP and data meshes) needs real tensor ops."""
     with fake:
-        model = B.build(shape, layers, recipe)
+        model = R.build(shape, layers, recipe)
     if mesh.tp.size() > 1:
-        B.apply_tp(model, mesh.tp, recipe.sp)
+        P.apply_tp(model, mesh.tp, recipe.sp)
     if shape.experts:
-        from steps.sim import moe
+        from steps.sim import balanced_moe
 
-        moe.balance(model)
+        balanced_moe.balance(model)
         if mesh.ep is not None:
-            moe.apply_expert_parallel(model, mesh.ep, mesh.fsdp, mesh.data.get_group(), B.policy(recipe))
-    B.apply_fsdp(model, mesh.data, recipe)
+            P.apply_ep(model, mesh.ep, mesh.data.get_group(), fsdp_mesh=mesh.fsdp, mp_policy=R.policy(recipe))
+            balanced_moe.balance(model)
+    P.apply_fsdp(model, mesh.data, R.policy(recipe), reshard_after_forward=recipe.reshard)
     return model
 
 
@@ -249,7 +253,7 @@ def full_depth_params(shape: Shape, mesh) -> int:
     return sum(_local_bytes(p) for p in model.parameters())
 
 
-def simulate(shape: Shape, sizes: dict, batch: int, seq: int, recipe: B.Recipe = B.SCALE) -> Step:
+def simulate(shape: Shape, sizes: dict, batch: int, seq: int, recipe: R.Recipe = R.SCALE) -> Step:
     """The full-depth step from a 1-layer and a 2-layer step at full world size (see top)."""
     mesh = mesh_for(sizes)
     one, two = (one_step(shape, mesh, n, batch, seq, recipe) for n in (1, 2))

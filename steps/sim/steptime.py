@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
-from steps.sim.plan import ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 
 OVERLAPPED = ("fsdp", "dp", "dp_shard", "ep")  # axes whose collectives run beside compute (all-to-alls: never)

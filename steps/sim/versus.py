@@ -15,7 +15,7 @@ formula each measured quantity is set against.
           forward keeps the blocks' inputs, against the analytic `kept` (the peak adds one layer
           rebuilt in backward, which the forward-side meter does not see)
   Llama AC (selective, full), ZeRO-1, PP  analytic only; a Llama plan is simulated without AC
-  MoE (a named shape with experts)  our GPT with its MoE, balanced routing (steps/sim/moe.py); EP
+  MoE (a named shape with experts)  our GPT with its MoE, balanced routing (steps/sim/balanced_moe.py); EP
           over the ep axis as the sharding stage's native fsdp_ep; simulated without a dp axis and
           without AC; its saved bytes against an estimate (analytic.moe_bytes_per_token), not an op count
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from steps.sim import analytic as A
-from steps.sim.plan import ScalePlan
+from steps.sim.scale_plan import ScalePlan
 from steps.sim.shapes import Shape
 
 GiB = 2**30
@@ -56,7 +56,7 @@ def playbook_gap_terms(shape: Shape) -> dict[str, float]:
 
 def setup(shape: Shape, plan: ScalePlan):
     """(mesh sizes, Recipe, the AC the simulation runs) for a simulable plan."""
-    from steps.sim.build import Recipe
+    from steps.sim.recipe import Recipe
 
     sizes = {a: plan.axis(a) for a in ("dp", "fsdp", "ep", "tp")}
     if plan.zero_stage == 2:

@@ -2,8 +2,9 @@
 
 Imports go one way: models -> engine -> entry point; the lessons stand apart.
   specs.py     PartitionSpec per parameter role and strategy, remat under FSDP (models' base)
-  mlp.py       the toy MLP                          } models: weights, specs, forward,
-  gpt.py       our GPT's transformer blocks         } batches, analytic costs
+  toy_mlp.py     the toy MLP                       } models: weights, specs, forward,
+  gpt_blocks.py  our GPT's transformer blocks      } batches, analytic costs
+  moe_blocks.py  MoE blocks under shard_map (EP)   }
   measure.py   collectives read from compiled HLO, per-device bytes, sharding rendering
   engine.py    the jitted train step: JitEngine (GSPMD) and ShardMapEngine (explicit collectives)
   lessons.py   jit vs eager, branching under jit, sharding renderings (imports the engine)

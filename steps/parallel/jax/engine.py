@@ -7,10 +7,10 @@ fp32 matmuls run at "highest" precision (set by __main__.py): XLA's default ther
   ShardMapEngine  the step written per device with explicit collectives: all_gather of FSDP
                   shards, psum of TP partial outputs, pmean of the loss over the data axis; their
                   transposes (psum_scatter, psum) are what autodiff derives for the backward pass
-The model (mlp.py, gpt.py) supplies weights, specs and forward. Parity is against the unsharded
-step on one device (same weights, batches), shard by shard on every device (each copy of a
-replicated array is checked, and the copies against each other), and, with cross_backend,
-against torch's.
+The model (toy_mlp.py, gpt_blocks.py, moe_blocks.py) supplies weights, specs and forward. Parity is
+against the unsharded step on one device (same weights, batches), shard by shard on every device
+(each copy of a replicated array is checked, and the copies against each other), and, with
+cross_backend, against torch's.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from steps import hardware
-from steps.parallel.jax.gpt import GPTBlocksModel
+from steps.parallel.jax.gpt_blocks import GPTBlocksModel
 from steps.parallel.jax.measure import hlo_comm, per_device_bytes, render_sharding
-from steps.parallel.jax.mlp import MLPModel
-from steps.parallel.jax.moe import MoEBlocksModel
+from steps.parallel.jax.moe_blocks import MoEBlocksModel
+from steps.parallel.jax.toy_mlp import MLPModel
 from steps.parallel.parity import max_delta, max_delta_shards
 from steps.parallel.plan import Plan
 

@@ -22,9 +22,9 @@ from jax.sharding import PartitionSpec as P
 
 from steps.paired import MIN_PAIRS, interleave, ratio_of_pairs
 from steps.parallel.jax.engine import make_loss
-from steps.parallel.jax.mlp import MLPModel
-from steps.parallel.mlp_init import init_mlp, make_batch
+from steps.parallel.jax.toy_mlp import MLPModel
 from steps.parallel.plan import Plan
+from steps.parallel.toy_mlp_init import init_mlp, make_batch
 
 
 def jit_speedup(plan: Plan) -> dict:

@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from steps.models.gpt import GPTLMHeadModel
 from steps.parallel import analytic, comm
-from steps.parallel.gpt import full_model, gpt_batch, gpt_config, param_shapes
+from steps.parallel.gpt_init import full_model, gpt_batch, gpt_config, param_shapes
 from steps.parallel.native.parallelize import gpt_mesh_shape, parallelize_gpt, shards_parameters
 from steps.parallel.native.pipeline import pipeline_gpt
 from steps.parallel.plan import Plan

@@ -14,14 +14,14 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from steps.parallel import analytic
-from steps.parallel.mlp import MLP
-from steps.parallel.mlp_init import init_mlp, make_batch
 from steps.parallel.plan import Plan
 from steps.parallel.reference import mlp_reference
 from steps.parallel.scratch.dp import DataParallel
 from steps.parallel.scratch.fsdp import FullyShardedMLP
 from steps.parallel.scratch.pp import PipelineMLP
 from steps.parallel.scratch.tp import TensorParallelMLP
+from steps.parallel.toy_mlp import MLP
+from steps.parallel.toy_mlp_init import init_mlp, make_batch
 
 
 def _whole_world() -> tuple[int, int]:
@@ -54,7 +54,7 @@ BUILDERS = {"dp": build_dp, "fsdp": build_fsdp, "tp": build_tp, "pp": build_pp, 
 
 
 class ScratchEngine:
-    """The MLP from numpy weights (mlp_init.py), sharded by the plan's strategy."""
+    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy."""
 
     def __init__(self, plan: Plan, dtype):
         self.plan, self.dtype = plan, dtype

@@ -1,4 +1,4 @@
-"""Expert parallelism from scratch on the MoE GPT (the dispatch and its schedule: steps/parallel/ep.py).
+"""Expert parallelism from scratch on the MoE GPT (the dispatch and its schedule: steps/parallel/expert_parallel.py).
 
 The collectives' autograd by hand, as tp.py's Megatron operators:
   AllToAll      forward: rows to ranks by in_splits; backward: the gradient rows back, splits swapped
@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from steps.parallel import comm
-from steps.parallel.ep import Collectives, ExpertParallelMoE, is_expert, local_experts, moe_layers
-from steps.parallel.gpt import full_model, param_shapes
+from steps.parallel.expert_parallel import Collectives, ExpertParallelMoE, is_expert, local_experts, moe_layers
+from steps.parallel.gpt_init import full_model, param_shapes
 from steps.parallel.native.engine import GPTEngine
 from steps.parallel.plan import Plan
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from steps.parallel import comm
-from steps.parallel.mlp import PARAM_NAMES, Stack, block, n_blocks
+from steps.parallel.toy_mlp import PARAM_NAMES, Stack, block, n_blocks
 
 
 class ShardedBlock(torch.autograd.Function):

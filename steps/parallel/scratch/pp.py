@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from steps.parallel import comm
-from steps.parallel.mlp import MLP, loss_fn, n_blocks
+from steps.parallel.toy_mlp import MLP, loss_fn, n_blocks
 
 
 def schedule_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from steps.parallel import comm
-from steps.parallel.mlp import PARAM_NAMES, Stack, n_blocks
+from steps.parallel.toy_mlp import PARAM_NAMES, Stack, n_blocks
 
 
 class CopyToTensorParallelRegion(torch.autograd.Function):

@@ -1,6 +1,6 @@
 """The toy model every from-scratch strategy shards: L residual blocks x + W2·relu(W1·x + b1) + b2.
 
-Weights come from numpy (mlp_init.py) so torch and JAX start from exactly the same numbers.
+Weights come from numpy (toy_mlp_init.py) so torch and JAX start from exactly the same numbers.
 Per block: W1 (hidden, dim), b1 (hidden), W2 (dim, hidden), b2 (dim) — the Megatron MLP shape:
 W1 is split on its output rows (column-parallel), W2 on its input columns (row-parallel).
 Every (sharded) MLP is a Stack of blocks with the same two methods: train_step(x, y) and
@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from steps.parallel.mlp_init import PARAM_NAMES
+from steps.parallel.toy_mlp_init import PARAM_NAMES
 
 
 def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -3,9 +3,9 @@ steps/sharding.py) replayed by the scale simulator on the fake process group, an
 per-rank state and communication bytes set against what the gloo ranks measured.
 
 The replay takes the cell's plan (steps/parallel/plan.py) and goes through the simulator's own
-path (build.py, fakeworld.py), not the sharding stage's engine: the same GPT config, dtype and
+path (recipe.py, fakeworld.py), not the sharding stage's engine: the same GPT config, dtype and
 optimizer (the cell's Recipe: no mixed-precision policy, the model's own loss), the same mesh and
-per-rank batch slice, TP by the shared plan (parallelize.apply_tp), FSDP2 per block then the root.
+per-rank batch slice, TP and FSDP2 by the stage's own parallelize.py (apply_tp, apply_fsdp: per block, then the root).
 A data axis without sharding (the cell's DDP, or its HSDP over (dp, shard=1) under dp×tp) is
 simulated as HSDP with a shard axis of one, which moves the same bytes (one fp32 all-reduce of
 the gradients) and keeps the same state. Rank 0 is simulated; it is compared with rank 0's record.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from steps.models.gpt import GPTConfig
 from steps.parallel.plan import Plan
-from steps.sim import build as B
 from steps.sim import fakeworld as fw
+from steps.sim import recipe as R
 from steps.sim.shapes import Shape
 
 SIMULABLE = ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pipeline cells stay the sharding stage's own
@@ -43,8 +43,8 @@ def replay(plan) -> dict:
         )
     shaped = ("n_embd", "n_head", "n_layer", "vocab_size", "block_size", "n_kv_head", "mlp_hidden")
     extra = {k: v for k, v in plan.gpt.items() if k not in shaped}
-    extra |= {"dropout": 0.0, "tie_weights": True}  # steps/parallel/gpt.py: gpt_config
-    recipe = B.Recipe(
+    extra |= {"dropout": 0.0, "tie_weights": True}  # steps/parallel/gpt_init.py: gpt_config
+    recipe = R.Recipe(
         mixed=False, optimizer=plan.optimizer, own_loss=True, sp=plan.sequence_parallel, dtype=plan.dtype, gpt=extra
     )
     sizes = {a: plan.axis(a) for a in ("dp", "fsdp", "tp")}

@@ -1,13 +1,12 @@
 """The real model at its real size, with nothing allocated: built under a FakeTensorMode (every
-tensor has a shape, a dtype and a storage identity, no data), then parallelized the way
-torchtitan does it — TP first (DTensor `parallelize_module`), then FSDP2 `fully_shard` per layer and
-on the root, bf16 compute with fp32 gradient reduction (MixedPrecisionPolicy).
+tensor has a shape, a dtype and a storage identity, no data), and how the simulated rank trains it
+(Recipe: mixed precision, optimizer, loss). It is parallelized by the sharding stage's own path,
+steps/parallel/native/parallelize.py (apply_tp, apply_ep, apply_fsdp; fakeworld.parallelized), the
+Recipe's FSDP2 policy (bf16 compute with fp32 gradient reduction at scale) a parameter there.
 
-  llama  HF LlamaForCausalLM(LlamaConfig(...)): q/k/v and gate/up ColwiseParallel, o/down
-         RowwiseParallel, the embedding RowwiseParallel, the LM head ColwiseParallel with its
-         logits left vocabulary-sharded for a loss-parallel cross-entropy (torchtitan's plan)
-  gpt2   our GPT (steps/models/gpt.py), TP by steps/parallel/native/parallelize.apply_tp, the plan
-         the sharding stage runs on gloo; embeddings and the tied head stay replicated under TP
+  llama  HF LlamaForCausalLM(LlamaConfig(...)), torchtitan's TP plan (parallelize.llama_tp_plan)
+  gpt2   our GPT (steps/models/gpt.py), the TP plan the sharding stage runs on gloo; embeddings
+         and the tied head stay replicated under TP
 """
 
 from __future__ import annotations
@@ -16,18 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    loss_parallel,
-    parallelize_module,
-)
+from torch.distributed.fsdp import MixedPrecisionPolicy
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
-from steps.parallel.native.parallelize import apply_tp as gpt_tp
+from steps.parallel.native.parallelize import NO_MIXED_PRECISION
 from steps.sim.shapes import Shape
 
 MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -37,7 +30,7 @@ MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.floa
 class Recipe:
     """How the simulated rank is built and trained. The default is the scale stage's (torchtitan's):
     bf16 compute with fp32 gradient reduction, AdamW, the loss on the logits (loss-parallel under
-    TP). The sharding stage's gloo cells (steps/sim/ours.py) train our GPT in fp32 without a
+    TP). The sharding stage's gloo cells (steps/sim/replay_sharding.py) train our GPT in fp32 without a
     mixed-precision policy, with their own optimizer, on the model's own loss (labels=ids).
 
     reshard  FSDP2 reshard_after_forward: False keeps each layer's gathered parameters from forward
@@ -89,54 +82,9 @@ def build(shape: Shape, layers: int | None = None, recipe: Recipe = SCALE):
     return model if recipe.dtype == "float32" else model.to(getattr(torch, recipe.dtype))
 
 
-def blocks(model) -> list:
-    return list(model.model.layers) if hasattr(model, "model") else list(model.transformer.h)
-
-
-def apply_tp(model, tp_mesh, sp: bool = False) -> None:
-    if not hasattr(model, "model"):  # our GPT: the sharding stage's own plan
-        gpt_tp(model, tp_mesh, sequence_parallel=sp)
-        return
-    if sp:
-        raise ValueError("sequence parallel is simulated on our GPT (family gpt2) only; Llama's is analytic")
-    layer_plan = {
-        **{f"self_attn.{p}": ColwiseParallel() for p in ("q_proj", "k_proj", "v_proj")},
-        "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(),
-        "mlp.up_proj": ColwiseParallel(),
-        "mlp.down_proj": RowwiseParallel(),
-        # one DTensor input for q/k/v (gate/up): their partial input gradients are summed, then
-        # all-reduced once (parallelize.py does the same for our GPT)
-        "self_attn": PrepareModuleInput(
-            input_kwarg_layouts={"hidden_states": Replicate()},
-            desired_input_kwarg_layouts={"hidden_states": Replicate()},
-        ),
-        "mlp": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),)),
-    }
-    for layer in model.model.layers:
-        parallelize_module(layer, tp_mesh, layer_plan)
-    parallelize_module(
-        model,
-        tp_mesh,
-        {
-            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
-            "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
-        },
-    )
-
-
 def policy(recipe: Recipe = SCALE) -> MixedPrecisionPolicy:
-    return MIXED if recipe.mixed else MixedPrecisionPolicy()
-
-
-def apply_fsdp(model, data_mesh, recipe: Recipe = SCALE) -> None:
-    """One FSDP2 group per layer, then the root (embeddings, final norm, head): HSDP over a 2-D
-    (replicate, shard) mesh; a shard axis of size 1 is plain DP (all-reduce over replicate). The
-    root keeps FSDP2's default (None: not resharded after forward, it would be gathered again at once)."""
-    mp = policy(recipe)
-    for block in blocks(model):
-        fully_shard(block, mesh=data_mesh, mp_policy=mp, reshard_after_forward=recipe.reshard)
-    fully_shard(model, mesh=data_mesh, mp_policy=mp, reshard_after_forward=None if recipe.reshard else False)
+    """The FSDP2 mixed-precision policy parallelize.apply_fsdp / apply_ep are given."""
+    return MIXED if recipe.mixed else NO_MIXED_PRECISION
 
 
 def loss_of(model, ids: torch.Tensor, recipe: Recipe = SCALE) -> torch.Tensor:

@@ -64,7 +64,7 @@ def moe_block(p: dict, x, top_k: int, ep_axis=None):
 
 
 class MoEBlocksModel:
-    """What the JAX engine needs of a model (jax/mlp.py's shape): init, spec, batch, forward, analytic."""
+    """What the JAX engine needs of a model (jax/toy_mlp.py's shape): init, spec, batch, forward, analytic."""
 
     def init(self, plan: Plan) -> dict:
         rng = np.random.default_rng(plan.seed)

@@ -2,23 +2,20 @@
 torchtitan; ep, expert parallelism, is a data axis for the dense parameters, torchtitan's EP
 inside dp_shard: they are FSDP-sharded over fsdp × ep, the experts over ep and then fsdp), the
 ZeRO stage of the data axis, sequence parallelism, activation checkpointing and the batch.
-Checked on construction; every error names the config key and the fix."""
+Checked on construction; every error names the config key and the fix. The mesh vocabulary (AXES,
+world, data axes, their checks) and PlanError are the sharding cells' own (steps/parallel/plan.py)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-AXES = ("pp", "dp", "fsdp", "ep", "tp")  # outer -> inner: tp on neighbouring GPUs (inside a node)
+from steps.parallel.plan import AXES, MeshPlan, PlanError
+
 AC = ("none", "selective", "full")
 
 
-class PlanError(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
-class ScalePlan:
+class ScalePlan(MeshPlan):
     mesh: dict = field(default_factory=lambda: {"fsdp": 8})
     zero: int = -1  # -1: 3 when the mesh has fsdp > 1, else 0; 1 and 2 shard a dp axis
     sp: bool = False  # sequence parallel (Megatron's: every activation / tp)
@@ -33,17 +30,6 @@ class ScalePlan:
         plan = cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
         plan.check()
         return plan
-
-    def axis(self, name: str) -> int:
-        return int(self.mesh.get(name, 1))
-
-    @property
-    def world(self) -> int:
-        return math.prod(self.axis(a) for a in AXES)
-
-    @property
-    def data(self) -> int:
-        return self.axis("dp") * self.axis("fsdp") * self.axis("ep")
 
     @property
     def shard(self) -> int:
@@ -62,7 +48,7 @@ class ScalePlan:
 
     @property
     def global_batch(self) -> int:
-        return self.local_batch * self.data
+        return self.local_batch * self.data_size
 
     @property
     def micro_batch(self) -> int:
@@ -81,11 +67,7 @@ class ScalePlan:
         return " ".join([self.mesh_str, *extra])
 
     def check(self) -> None:
-        bad = set(self.mesh) - set(AXES)
-        if bad:
-            raise PlanError(f"scale plan mesh axes {sorted(bad)} unknown; use {list(AXES)}")
-        if any(int(v) < 1 for v in self.mesh.values()):
-            raise PlanError(f"scale plan mesh sizes must be >= 1, got {self.mesh}")
+        self.check_mesh("scale plan mesh")
         if self.ac not in AC:
             raise PlanError(f"scale plan ac {self.ac!r}: use one of {AC}")
         if self.zero not in (-1, 0, 1, 2, 3):

@@ -1,4 +1,4 @@
-"""The toy MLP in JAX (same numpy weights and batches as torch: mlp_init.py), in the shape the
+"""The toy MLP in JAX (same numpy weights and batches as torch: toy_mlp_init.py), in the shape the
 engine asks of a model: init, spec, batch, forward, analytic, torch_reference."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import jax
 
 from steps.parallel import analytic
 from steps.parallel.jax.specs import SPECS, remat
-from steps.parallel.mlp_init import PARAM_NAMES, init_mlp, make_batch
 from steps.parallel.plan import Plan
+from steps.parallel.toy_mlp_init import PARAM_NAMES, init_mlp, make_batch
 
 
 def block(x, w1, b1, w2, b2, tp_axis=None):
