@@ -5,6 +5,7 @@ stages, and the CPU-path check of the Triton kernels."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -72,44 +73,55 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
     return proc
 
 
-# The DAG's data folders, as the rules name them (workflow/rules/data.smk). `stage_paths` gives a
-# stage the inputs and outputs its rule would; test_stage_contract.py checks it against the paths
-# Snakemake passes on the smoke DAG.
-DAG_DATA = {
-    "prepare_corpus": "results/data/corpus",
-    "train_tokenizer": "results/data/tokenizer",
-    "prepare_mcq": "results/data/mcq",
-}
+# ---- the DAG's paths: the workflow's own answer, from Snakemake's API -----------------------------
+@functools.cache
+def smoke_workflow():
+    """The project's workflow on the smoke config as Snakemake parses it (its API, in this process,
+    once): tests give a stage the paths its rule gives the job, never paths typed a second time."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, OutputSettings, Quietness, ResourceSettings
+
+    with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=2),
+            config_settings=ConfigSettings(configfiles=[SMOKE]),
+            snakefile=SNAKEFILE,
+        )
+        return workflow._workflow  # the parsed rules and config (WorkflowApi has no public accessor)
 
 
-def stage_paths(stage: str, cell: str, params: dict) -> tuple[dict, dict]:
-    """(inputs, outputs) of one job, as its rule passes them (`--input`/`--output NAME=PATH`).
-    The report's inputs are every other job's metrics.json, named <stage>/<cell> (not listed here)."""
-    if stage == "report":
-        return {}, {
-            "index": "results/reports/index.md",
-            "html": "results/reports/index.html",
-            "plots": "results/reports/plots",
-            "metrics": "results/reports/metrics.json",
-        }
-    outputs = {"metrics": f"results/{stage}/{cell}/metrics.json"}
-    if stage in DAG_DATA:
-        outputs["data"] = DAG_DATA[stage]
-    corpus = {"corpus": DAG_DATA["prepare_corpus"]}
-    tokens = {**corpus, "tokenizer": DAG_DATA["train_tokenizer"]}
-    inputs = {
-        "train_tokenizer": corpus,
-        "gpt_train": tokens,
-        "minitorch": tokens,
-        "word2vec": {}
-        if params.get("backend") == "pretrained" and "corpus" not in params.get("common_questions", ["corpus"])
-        else {"corpus": params.get("corpus") or DAG_DATA["prepare_corpus"]},
-        "mcq_finetune": {"data": params.get("data") or DAG_DATA["prepare_mcq"]},
-        "perf": {}
-        if cell == params.get("baseline_cell", cell)
-        else {"baseline": f"results/perf/{params['baseline_cell']}/metrics.json"},
-    }.get(stage, {})
-    return inputs, outputs
+def stage_rules() -> dict[str, str]:
+    """{rule: the module it runs} of every stage rule (one with stage_params), in DAG order."""
+    return {r.name: f"steps.{r.params.stage}" for r in smoke_workflow().rules if hasattr(r.params, "stage")}
+
+
+def stage_paths(stage: str, cell: str = "main", params: dict | None = None) -> tuple[dict, dict]:
+    """(inputs, outputs) of one job as its rule gives them (`--input`/`--output NAME=PATH`): Snakemake
+    applies the rule's own input functions, for the smoke config's `cell`, or, given `params`, for a
+    cell `cell` with those resolved params (so declared in the config the rule reads)."""
+    from snakemake.iocontainers import Wildcards
+
+    workflow = smoke_workflow()
+    rule = workflow.get_rule(stage)
+    wildcards = Wildcards(fromdict={"cell": cell} if "cell" in rule.wildcard_names else {})
+    section = workflow.config.get(stage)
+    if params is not None:
+        workflow.config[stage] = {**params, "cells": {cell: {}}}
+    try:
+        inputs = rule.expand_input(wildcards)[0]
+    finally:
+        workflow.config[stage] = section
+    outputs = rule.expand_output(wildcards)[0]
+    return {k: str(v) for k, v in inputs.items()}, {k: str(v) for k, v in outputs.items()}
+
+
+def job_files(stage: str, cell: str = "main") -> dict[str, str]:
+    """A job's log and benchmark files, as its rule names them."""
+    from snakemake.iocontainers import Wildcards
+
+    rule = smoke_workflow().get_rule(stage)
+    wildcards = Wildcards(fromdict={"cell": cell} if "cell" in rule.wildcard_names else {})
+    return {"log": str(rule.expand_log(wildcards)[0]), "benchmark": str(rule.expand_benchmark(wildcards))}
 
 
 def io_args(inputs: dict, outputs: dict) -> list[str]:
@@ -264,20 +276,20 @@ def tiny_texts(n: int, seed: int) -> list[str]:
 
 
 def make_data(root: Path, vocab_size: int = 300) -> Path:
-    """results/data/corpus (DatasetDict train/validation, column text) + results/data/tokenizer."""
+    """prepare_corpus's data (a DatasetDict train/validation, column text) and train_tokenizer's,
+    where their rules put them."""
     import datasets
 
     from steps.train_tokenizer import train_bpe
 
-    data = root / "results" / "data"
     dd = datasets.DatasetDict(
         {
             "train": datasets.Dataset.from_dict({"text": tiny_texts(300, 0)}),
             "validation": datasets.Dataset.from_dict({"text": tiny_texts(30, 1)}),
         }
     )
-    dd.save_to_disk(str(data / "corpus"))
-    train_bpe(dd["train"]["text"], vocab_size, 2).save_pretrained(str(data / "tokenizer"))
+    dd.save_to_disk(str(root / stage_paths("prepare_corpus")[1]["data"]))
+    train_bpe(dd["train"]["text"], vocab_size, 2).save_pretrained(str(root / stage_paths("train_tokenizer")[1]["data"]))
     return root
 
 

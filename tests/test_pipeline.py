@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from steps.config import load_config
-from tests.conftest import DEFAULT, SMOKE, clean_env, mlflow_runs, smoke_cells, snakemake, snakemake_cmd
+from tests.conftest import (
+    DEFAULT,
+    SMOKE,
+    clean_env,
+    job_files,
+    mlflow_runs,
+    smoke_cells,
+    snakemake,
+    snakemake_cmd,
+    stage_paths,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +51,7 @@ def test_smoke_dag_outputs_and_mlflow_runs(smoke_dag):
     seen = 0
     for stage, stage_cells in expected.items():
         for cell in stage_cells:
-            path = smoke_dag / "results" / stage / cell / "metrics.json"
+            path = smoke_dag / stage_paths(stage, cell)[1]["metrics"]
             assert path.exists(), f"{stage}/{cell} produced no metrics.json"
             rec = json.loads(path.read_text())
             if (stage, cell) in skips:
@@ -54,14 +64,13 @@ def test_smoke_dag_outputs_and_mlflow_runs(smoke_dag):
             assert run["tags.rule"] == stage and run["tags.cell"] == cell
             assert run["tags.config_hash"] == rec["config_hash"]
             assert run["tags.git_commit"] and run["tags.version.torch"]
+            for kind, file in job_files(stage, cell).items():  # every job has its log and benchmark
+                assert (smoke_dag / file).exists(), f"{stage}/{cell}: no {kind} {file}"
             seen += 1
     assert seen == sum(len(c) for c in expected.values()) >= 10
     assert (runs["status"] == "RUNNING").sum() == 0
-    assert (smoke_dag / "results/data/corpus/dataset_dict.json").exists()
-    assert (smoke_dag / "results/data/tokenizer/tokenizer.json").exists()
-    for stage in expected:  # every rule has its log and benchmark
-        assert list((smoke_dag / "results/logs" / stage).glob("*.log")), stage
-        assert list((smoke_dag / "results/benchmarks" / stage).glob("*.tsv")), stage
+    assert (smoke_dag / stage_paths("prepare_corpus")[1]["data"] / "dataset_dict.json").exists()
+    assert (smoke_dag / stage_paths("train_tokenizer")[1]["data"] / "tokenizer.json").exists()
 
 
 def test_report_lists_every_declared_cell(smoke_dag):
@@ -91,10 +100,11 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
     cmd = snakemake_cmd(tmp_path, "--until", "train_tokenizer")
+    log = tmp_path / job_files("prepare_corpus")["log"]
+    metrics = tmp_path / stage_paths("train_tokenizer")[1]["metrics"]
     proc = subprocess.Popen(
         cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-    log = tmp_path / "results/logs/prepare_corpus/main.log"
     deadline = time.time() + 120
     while time.time() < deadline and not log.exists():
         time.sleep(0.2)
@@ -109,6 +119,6 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
             if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
                 os.kill(int(pid), signal.SIGKILL)
     proc.wait(timeout=120)
-    assert not (tmp_path / "results/train_tokenizer/main/metrics.json").exists()
+    assert not metrics.exists()
     snakemake(tmp_path, "--until", "train_tokenizer")
-    assert (tmp_path / "results/train_tokenizer/main/metrics.json").exists()
+    assert metrics.exists()

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from steps.stage import Stage, load
-from tests.conftest import ROOT, clean_env, smoke_cells, smoke_params, snakemake, stage_paths
-
-RULES = ROOT / "workflow" / "rules"
+from tests.conftest import ROOT, clean_env, smoke_cells, smoke_params, snakemake, stage_paths, stage_rules
 
 # Columns a smoke cell's `run` does not return, each with why. Any other missing key fails: a
 # renamed metric must not leave its report column silently empty.
@@ -23,24 +21,34 @@ EXPECTED_ABSENT = {
 }
 
 
-def stage_rules() -> list[str]:
-    """Rules that run a stage module (`shell: STAGE_SHELL`), in file order."""
-    names = []
-    for smk in sorted(RULES.glob("*.smk")):
-        for block in re.split(r"\n(?=rule )", smk.read_text()):
-            m = re.match(r"rule (\w+):", block)
-            if m and "shell: STAGE_SHELL" in block:
-                names.append(m.group(1))
-    return names
-
-
 def test_every_stage_rule_runs_a_module_with_its_stage_object():
+    """Each stage rule (as Snakemake reads the workflow) names the module it runs, and carries its
+    stage's name: the module's own (its results folder, its config section, its MLflow runs)."""
     rules = stage_rules()
     assert {"prepare_corpus", "word2vec", "perf", "sharding", "report"} <= set(rules)
-    for name in rules:
+    for name, module in rules.items():
+        assert module == f"steps.{name}", f"rule {name} runs {module}: a stage rule is named after its module"
         stage = load(name)  # imports steps.<name>; the name comes from the module, never typed
-        assert isinstance(stage, Stage) and stage.name == name and stage.module == f"steps.{name}"
+        assert isinstance(stage, Stage) and stage.name == name and stage.module == module
         assert callable(stage.run)
+
+
+def test_a_rule_naming_no_module_fails_while_planning(tmp_path):
+    """A stage rule naming a module that does not exist stops the workflow at parse time, with the
+    module's name (found with find_spec, never imported)."""
+    for folder in ("workflow", "configs"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    perf = tmp_path / "workflow" / "rules" / "perf.smk"
+    perf.write_text(perf.read_text().replace('stage_params("steps.perf")', 'stage_params("steps.perff")'))
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(tmp_path / "workflow" / "Snakefile"), "-n"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and "`python -m steps.perff`, and there is no such module" in log, log[-3000:]
 
 
 def test_stage_rejects_a_malformed_contract():
@@ -139,7 +147,7 @@ def _cells():
 def test_report_columns_are_what_run_returns(smoke_dag, stage, cell):
     """Every column of the stage's contract against its cell's metrics.json on the smoke DAG:
     `metrics.X` a key of its metrics, `info.X` of its info, `params.X` a param of its MLflow run."""
-    rec = json.loads((smoke_dag / stage_paths(stage, cell, {})[1]["metrics"]).read_text())
+    rec = json.loads((smoke_dag / stage_paths(stage, cell)[1]["metrics"]).read_text())
     if rec["status"] == "skipped":
         pytest.skip(f"{stage}/{cell} is skipped on this machine ({rec['reason']}): its columns are not checked here")
     assert rec["status"] == "ok", rec
@@ -174,9 +182,7 @@ def test_curves_and_tables_the_report_reads_exist(smoke_dag, stage):
     from steps.tracking import store
 
     contract = load(stage)
-    recs = {
-        c: json.loads((smoke_dag / stage_paths(stage, c, {})[1]["metrics"]).read_text()) for c in smoke_cells()[stage]
-    }
+    recs = {c: json.loads((smoke_dag / stage_paths(stage, c)[1]["metrics"]).read_text()) for c in smoke_cells()[stage]}
     ok = {c: r for c, r in recs.items() if r["status"] == "ok"}
     if not (contract.curves or contract.tables) or not ok:
         pytest.skip(f"{stage}: no curves or tables, or no ok cell")
@@ -185,7 +191,7 @@ def test_curves_and_tables_the_report_reads_exist(smoke_dag, stage):
         points = {c: len(client.get_metric_history(r["run_id"], key)) for c, r in ok.items()}
         assert max(points.values()) > 1, f"{stage}: no cell logged a curve of {key!r} ({points})"
     for name in contract.tables:
-        folders = [(smoke_dag / stage_paths(stage, c, {})[1]["metrics"]).parent for c in ok]
+        folders = [(smoke_dag / stage_paths(stage, c)[1]["metrics"]).parent for c in ok]
         assert any((f / f"{name}.csv").exists() for f in folders), f"{stage}: no cell wrote {name}.csv"
 
 
@@ -210,8 +216,9 @@ def _dry_run_jobs(workdir) -> list[tuple[str, dict, dict, dict]]:
 
 @pytest.mark.slow
 def test_jobs_get_their_paths_from_their_rules(tmp_path):
-    """Each job's --input/--output are its rule's files (and what tests' run_stage passes); the
-    report's inputs are every other job's metrics.json, named <stage>/<cell>."""
+    """Each job's --input/--output on the command line Snakemake runs are what tests' run_stage
+    passes (its rule's input functions applied to a cell with the job's resolved params, through
+    Snakemake's API); the report's inputs are every other job's metrics.json, named <stage>/<cell>."""
     jobs = _dry_run_jobs(tmp_path)
     smoke = smoke_cells()
     assert sorted((s, c["cell"]) for s, c, _, _ in jobs if s != "report") == sorted(
@@ -221,7 +228,7 @@ def test_jobs_get_their_paths_from_their_rules(tmp_path):
     for stage, cfg, inputs, outputs in jobs:
         if stage == "report":
             report_inputs = inputs
-            assert outputs == stage_paths(stage, "main", {})[1]
+            assert outputs == stage_paths(stage)[1]
             continue
         assert (inputs, outputs) == stage_paths(stage, cfg["cell"], cfg["params"]), stage
         metrics[f"{stage}/{cfg['cell']}"] = outputs["metrics"]

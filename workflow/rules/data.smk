@@ -4,7 +4,7 @@ rule prepare_corpus:
     output:
         data=directory("results/data/corpus"),
         metrics="results/prepare_corpus/main/metrics.json",
-    params: **stage_params()
+    params: **stage_params("steps.prepare_corpus")
     log: "results/logs/prepare_corpus/main.log"
     benchmark: "results/benchmarks/prepare_corpus/main.tsv"
     threads: 1
@@ -18,7 +18,7 @@ rule train_tokenizer:
     output:
         data=directory("results/data/tokenizer"),
         metrics="results/train_tokenizer/main/metrics.json",
-    params: **stage_params()
+    params: **stage_params("steps.train_tokenizer")
     log: "results/logs/train_tokenizer/main.log"
     benchmark: "results/benchmarks/train_tokenizer/main.tsv"
     threads: 1
@@ -30,7 +30,7 @@ rule prepare_mcq:
     output:
         data=directory("results/data/mcq"),
         metrics="results/prepare_mcq/main/metrics.json",
-    params: **stage_params()
+    params: **stage_params("steps.prepare_mcq")
     log: "results/logs/prepare_mcq/main.log"
     benchmark: "results/benchmarks/prepare_mcq/main.tsv"
     threads: 1

@@ -2,7 +2,7 @@
 
 rule components:
     output: metrics="results/components/{cell}/metrics.json"
-    params: **stage_params()
+    params: **stage_params("steps.components")
     log: "results/logs/components/{cell}.log"
     benchmark: "results/benchmarks/components/{cell}.tsv"
     threads: config["threads"]
@@ -12,7 +12,7 @@ rule components:
 
 rule gpt_parity:
     output: metrics="results/gpt_parity/{cell}/metrics.json"
-    params: **stage_params()
+    params: **stage_params("steps.gpt_parity")
     log: "results/logs/gpt_parity/{cell}.log"
     benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
     resources: gpu=job_gpus()
@@ -26,7 +26,7 @@ rule gpt_train:
         corpus=rules.prepare_corpus.output.data,
         tokenizer=rules.train_tokenizer.output.data,
     output: metrics="results/gpt_train/{cell}/metrics.json"
-    params: **stage_params()
+    params: **stage_params("steps.gpt_train")
     log: "results/logs/gpt_train/{cell}.log"
     benchmark: "results/benchmarks/gpt_train/{cell}.tsv"
     resources: gpu=job_gpus()

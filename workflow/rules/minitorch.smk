@@ -7,7 +7,7 @@ rule minitorch:
         corpus=rules.prepare_corpus.output.data,
         tokenizer=rules.train_tokenizer.output.data,
     output: metrics="results/minitorch/{cell}/metrics.json"
-    params: **stage_params()
+    params: **stage_params("steps.minitorch")
     log: "results/logs/minitorch/{cell}.log"
     benchmark: "results/benchmarks/minitorch/{cell}.tsv"
     resources: gpu=job_gpus(lambda p: int(p["backend"] == "cuda"))

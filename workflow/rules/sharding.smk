@@ -4,10 +4,13 @@
 
 rule sharding:
     output: metrics="results/sharding/{cell}/metrics.json"
-    params: **stage_params()
+    params: **stage_params("steps.sharding")
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
-    resources: gpu=job_gpus(sharding_gpus)
+    # A cell's devices per node: its torch ranks, or its JAX mesh, over its nodes (steps/parallel/launch.py).
+    resources:
+        gpu=job_gpus(lambda p: math.ceil(math.prod((p.get("mesh") or {}).values())
+                                         / max(int((p.get("launch") or {}).get("nnodes") or 1), 1))),
     threads: cell_threads("job_threads")
     conda: LAB_ENV
     shell: STAGE_SHELL
