@@ -143,7 +143,7 @@ def test_fused_softmax_requires_manual_attention():
 def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     """The MFU numerator of every cell: 6N + 12·L·d·T per token (PaLM appendix B), N counted as
     nanoGPT does (all parameters, tied wte/lm_head once, minus the position embedding wpe)."""
-    from steps.hardware import gpt_flops_per_token
+    from steps.analytic.flops import flops_per_token
     from steps.perf.step import build_step
 
     p = perf_params()
@@ -151,7 +151,7 @@ def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     V, T, L, d = (TOY[k] for k in ("vocab_size", "block_size", "n_layer", "n_embd"))
     n = V * d + L * (12 * d * d + 13 * d) + 2 * d  # wte + blocks (4 attn + 2 mlp linears, 2 LNs) + ln_f
     assert ts.model.num_params() == n
-    assert gpt_flops_per_token(n, L, d, T) == 6 * n + 12 * L * d * T
+    assert flops_per_token(n, L, d, T) == 6 * n + 12 * L * d * T
     m = throughput(ts, 4 * T, np.array([0.5, 0.25]), {"measured": 1e9, "published": 4e9})
     tok_s = 4 * T / np.array([0.5, 0.25])
     assert m["flops_per_token"] == 6 * n + 12 * L * d * T

@@ -27,8 +27,8 @@ from torch.distributed.tensor.parallel import (
 )
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.models.shapes import Shape
 from steps.parallel.native.parallelize import apply_tp as gpt_tp
-from steps.sim.shapes import Shape
 
 MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 

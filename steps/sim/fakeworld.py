@@ -10,7 +10,7 @@ once, nothing is sent), a DeviceMesh (dp, fsdp, ep, tp) over it, the real model 
              meter, keyed by storage identity since fake tensors have no addresses), less the
              parameters' storages (the all-gathered bf16 weights the matmuls keep, FSDP2 frees them)
   comm       every collective through steps/parallel/comm.py's dispatch-mode counter, attributed
-             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors);
+             to its mesh axis (ring-equivalent bytes sent per rank, steps/analytic/comm.py's RING factors);
              with expert parallelism the dense FSDP group fsdp × ep is `dp_shard` (shard_axis)
 
 Depth: a transformer's layers are identical, so every quantity is a + L·b. A step of 1 layer and
@@ -33,9 +33,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from steps.analytic.comm import shard_axis
+from steps.models.shapes import Shape
 from steps.parallel.comm import CommCounter, NativeCommMode
 from steps.sim import build as B
-from steps.sim.shapes import Shape
 
 AXES = ("dp", "fsdp", "ep", "tp")
 
@@ -99,11 +100,6 @@ class Mesh:
 
 
 _MESHES: dict[tuple, Mesh] = {}
-
-
-def shard_axis(fsdp: int, ep: int) -> str:
-    """The comm key of the group ZeRO-3 shards the dense parameters over (analytic.comm's too)."""
-    return "dp_shard" if fsdp > 1 and ep > 1 else "ep" if ep > 1 else "fsdp"
 
 
 def mesh_for(sizes: dict) -> Mesh:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from steps.parallel import analytic
+from steps.analytic.comm import ring_all_reduce, ring_bytes
 from steps.parallel.plan import Plan
 
 EXPERT_PARAMS = ("mlp.experts.c_fc", "mlp.experts.c_proj")
@@ -100,8 +100,8 @@ class MoEBlocksModel:
         comm = 0.0
         if n > 1:
             buf = g["moe"]["experts"] * cap * g["n_embd"] * b
-            comm = (4 * g["n_layer"] - 1) * analytic.ring_bytes("all_to_all", buf, n)
-            comm += analytic.ring_all_reduce(router * b, n) + analytic.ring_all_reduce(b, n)
+            comm = (4 * g["n_layer"] - 1) * ring_bytes("all_to_all", buf, n)
+            comm += ring_all_reduce(router * b, n) + ring_all_reduce(b, n)
         return {
             "state_bytes": plan.state_tensors * (router + experts / n) * b,
             "comm_bytes": comm,
