@@ -32,7 +32,8 @@ GiB = 2**30
 
 
 def resolve(ctx) -> tuple[Shape, Cluster, dict]:
-    """The cell's model (a shape of steps/models/shapes.py, by name) and cluster (scale.clusters)."""
+    """The cell's model (a shape of steps/models/shapes.py, by name, with its `model_overrides`) and
+    cluster (scale.clusters)."""
     p = dict(ctx.params)
     if p.get("cluster") not in p.get("clusters", {}):
         raise InputError(
@@ -40,8 +41,8 @@ def resolve(ctx) -> tuple[Shape, Cluster, dict]:
             f"(declared: {sorted(p.get('clusters', {}))}); fix the cell or add it there"
         )
     try:
-        shape = Shape.of(p.get("model"), where=f"scale.cells.{ctx.cell}.model")
-    except KeyError as exc:
+        shape = Shape.of(p.get("model"), f"scale.cells.{ctx.cell}.model", **p.get("model_overrides", {}))
+    except (KeyError, ValueError) as exc:
         raise InputError(exc.args[0]) from None
     return shape, Cluster.from_config(p["cluster"], p["clusters"][p["cluster"]]), p
 

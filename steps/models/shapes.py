@@ -36,7 +36,7 @@ against HF's GPT2LMHeadModel / LlamaForCausalLM built on the meta device from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from steps.analytic.flops import flops_per_token
@@ -172,10 +172,14 @@ class Shape:
 
     @classmethod
     def of(cls, name: str, where: str = "model shape", **overrides) -> "Shape":
-        """The registry's shape `name` (SHAPES), `overrides` replacing GPTConfig fields; an unknown
-        name is a KeyError naming `where` (the config field) and the known shapes."""
+        """The registry's shape `name` (SHAPES), `overrides` replacing GPTConfig fields (a dense shape
+        only: the simulator builds an MoE from its registry name); an unknown name is a KeyError
+        naming `where` (the config field) and the known shapes."""
         known(name, where)
-        return cls.from_fields(name, {**SHAPES[name], **overrides})
+        if overrides and SHAPES[name].get("moe"):
+            raise ValueError(f"{where} = {name!r}: an MoE shape is simulated as named, without overrides")
+        label = name + "".join(f" {k}={v}" for k, v in overrides.items())
+        return replace(cls.from_fields(label, {**SHAPES[name], **overrides}), named=name)
 
     @classmethod
     def from_fields(cls, name: str, c: dict) -> "Shape":
