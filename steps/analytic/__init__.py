@@ -5,7 +5,8 @@ communication and FLOPs. No torch, no JAX: the stages' launching sides and the r
   memory.py       bytes held: one GPU's eager step (perf), one rank's state at scale (Playbook, held)
   activations.py  saved activations per layer and token at scale (TP, SP, AC; Korthikanti's formula)
   comm.py         the ring convention and every collective's bytes (sharding, scale; EP all-to-all)
-  costs.py        a sharding engine's analytic(): state, comm and parameters of its plan
+  costs.py        a sharding engine's analytic(): state, comm and parameters of its plan (MLP, GPT,
+                  the JAX MoE blocks' GShard dispatch)
   flops.py        model FLOPs per token (6N + 12·L·d·T)
 
 Who reads it: the perf stage (memory.step_memory, timeline_bytes: analytic next to measured bytes),
