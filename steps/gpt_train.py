@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from steps.analytic.flops import flops_per_token
 from steps.config import config_hash
-from steps.hardware import gpt_flops_per_token, mfu, peak_flops
+from steps.hardware import mfu, peak_flops
 from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import beam_search, generate
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
@@ -170,7 +171,7 @@ def run(ctx: StageRun) -> dict:
         dt: peak_flops(dt, device)  # measured once, this run
         for dt in [p["dtype"], *bench_dtypes(ctx, device)]
     }
-    fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
+    fpt = flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
     val_final = [h["val_loss"] for h in state.history if "val_loss" in h][-1:] or [float("nan")]
     out = {

@@ -154,11 +154,6 @@ def slow_matmul_reason(dtype: str, device: str = "cpu") -> str | None:
     )
 
 
-def gpt_flops_per_token(n_params_non_embedding: int, n_layer: int, d_model: int, seq_len: int) -> float:
-    """Training FLOPs per token, 6N + 12·L·d·T (PaLM appendix B; nanoGPT's estimate_mfu)."""
-    return 6 * n_params_non_embedding + 12 * n_layer * d_model * seq_len
-
-
 def reset_peak_rss() -> bool:
     """Reset the kernel's VmHWM for this process (Linux: write 5 to clear_refs)."""
     try:

@@ -3,7 +3,7 @@
 A cell simulates one rank of the plan at full world size on torch's fake process group (the real
 model under a FakeTensorMode, TP then FSDP2: steps/sim/fakeworld.py) and reads its state,
 saved-activation and communication bytes; sets them against the Playbook's formulas
-(steps/sim/analytic.py; which step runs and which formula each number meets: steps/sim/versus.py);
+(steps/analytic/; which step runs and which formula each number meets: steps/sim/versus.py);
 predicts the step time, tokens/s per GPU, MFU and memory per GPU on the cluster
 (steps/sim/steptime.py); and, where the config names a published run of the same setup, divides
 the prediction by it. A cell with `search: true` ranks every plan for its model, global
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 
+from steps.analytic.activations import activations
+from steps.analytic.comm import by_collective
+from steps.analytic.memory import held_state, state
+from steps.models.shapes import Shape
 from steps.parallel.plan import PlanError
-from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
 from steps.sim.scale_plan import ScalePlan
 from steps.sim.search import best_plan
-from steps.sim.shapes import Shape
 from steps.sim.steptime import predict
 from steps.sim.versus import compare, simulable
 from steps.stage import Stage
@@ -31,18 +33,19 @@ GiB = 2**30
 
 
 def resolve(ctx) -> tuple[Shape, Cluster, dict]:
+    """The cell's model (a shape of steps/models/shapes.py, by name, with its `model_overrides`) and
+    cluster (scale.clusters)."""
     p = dict(ctx.params)
-    for key, table in (("model", "models"), ("cluster", "clusters")):
-        if p.get(key) not in p.get(table, {}):
-            raise InputError(
-                f"scale.cells.{ctx.cell}.{key} = {p.get(key)!r} is not in scale.{table} "
-                f"(declared: {sorted(p.get(table, {}))}); fix the cell or add it there"
-            )
-    return (
-        Shape.from_config(p["model"], p["models"][p["model"]]),
-        Cluster.from_config(p["cluster"], p["clusters"][p["cluster"]]),
-        p,
-    )
+    if p.get("cluster") not in p.get("clusters", {}):
+        raise InputError(
+            f"scale.cells.{ctx.cell}.cluster = {p.get('cluster')!r} is not in scale.clusters "
+            f"(declared: {sorted(p.get('clusters', {}))}); fix the cell or add it there"
+        )
+    try:
+        shape = Shape.of(p.get("model"), f"scale.cells.{ctx.cell}.model", **p.get("model_overrides", {}))
+    except (KeyError, ValueError) as exc:
+        raise InputError(exc.args[0]) from None
+    return shape, Cluster.from_config(p["cluster"], p["clusters"][p["cluster"]]), p
 
 
 def blank() -> dict:
@@ -68,11 +71,11 @@ def run(ctx) -> dict:
         raise InputError(f"scale.cells.{ctx.cell}.plan: {exc}") from None
     check_moe(ctx.cell, shape, plan)
     pred = predict(shape, plan, cluster)
-    an_state = A.state(shape, plan)["state"]
-    held = A.held_state(shape, plan)["state"]
-    an_saved = A.activations(shape, plan, ac="none")["saved"]
+    an_state = state(shape, plan)["state"]
+    held = held_state(shape, plan)["state"]
+    an_saved = activations(shape, plan, ac="none")["saved"]
     sim = simulable(shape, plan)
-    an_comm = sum(A.comm(shape, plan).values())
+    an_comm = sum(by_collective(shape, plan).values())
     m = blank() | {
         "world": plan.world,
         "params": shape.params,

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
+from steps.analytic.comm import gpt_comm
+from steps.analytic.costs import gpt_costs
 from steps.config import cell_config, cells, load_config
-from steps.parallel import analytic as A
 from steps.parallel.launch import launch
 from steps.parallel.plan import STRATEGY_AXES, Plan, PlanError
 from steps.sharding import summarize
@@ -57,8 +58,8 @@ def test_ep_analytic_by_hand():
     a2a = 4 * 3 / 4 * (2 * 8 * 2) * 16 * 8  # dispatch + combine, fwd + bwd: 2 seqs · 8 tokens · k=2 rows of 16
     counts = 3 / 4 * 8 * 8  # the E int64 row counts
     aux = 2 * (2 * 3 / 4 * 2 * 8 * 8)  # 2E statistics, forward and backward
-    assert A.gpt_comm(p, shapes) == dense_ar + 2 * (a2a + counts + aux) == 70368
-    assert A.gpt_costs(p, shapes)["state_bytes"] == 3 * (3744 + 32768 / 4) * 8
+    assert gpt_comm(p, shapes) == dense_ar + 2 * (a2a + counts + aux) == 70368
+    assert gpt_costs(p, shapes)["state_bytes"] == 3 * (3744 + 32768 / 4) * 8
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
-"""Named full-size shapes (steps/models/shapes.py): parameter counts on the meta device against the
-published counts and against HF's GPT2LMHeadModel / LlamaForCausalLM / MixtralForCausalLM /
-OlmoeForCausalLM built from the same sizes."""
+"""Named full-size shapes (steps/models/shapes.py, the one registry): parameter counts on the meta
+device against the published counts and against HF's GPT2LMHeadModel / LlamaForCausalLM /
+MixtralForCausalLM / OlmoeForCausalLM built from the same sizes; the analytic model's Shape of each
+against the GPTConfig; the scale config naming shapes, an unknown name failing validation."""
 
 import pytest
 import torch
@@ -20,11 +21,13 @@ from steps.models.shapes import (
     PUBLISHED_ACTIVE_PARAMS,
     PUBLISHED_PARAMS,
     SHAPES,
+    Shape,
     active_param_count,
     meta_model,
     param_count,
     shape,
 )
+from tests.conftest import DEFAULT
 
 # The reference, written from HF's published config.json files, not from our table
 GPT2_HF = {
@@ -124,3 +127,46 @@ def test_shape_overrides_meta_and_unknown_name():
     assert gpt2.lm_head.weight is gpt2.transformer.wte.weight and m.lm_head.weight is not m.transformer.wte.weight
     with pytest.raises(KeyError, match="known: gpt2-124m"):
         shape("llama-4")
+
+
+# ---- the analytic model's view of the same registry (steps.models.shapes.Shape, torch-free) ---------
+@pytest.mark.parametrize("name", SHAPES)
+def test_analytic_shape_counts_what_the_model_holds(name):
+    """Shape.of reads the registry's GPTConfig fields without torch: its sizes are the GPTConfig's and
+    its parameter counts (total, active, experts) the meta-device model's."""
+    s, c = Shape.of(name), shape(name)
+    assert (s.d, s.layers, s.heads, s.kv_heads, s.ffn, s.vocab, s.max_seq) == (
+        c.n_embd, c.n_layer, c.n_head, c.kv_heads, c.mlp_width, c.vocab_size, c.block_size,
+    )  # fmt: skip
+    assert (s.experts, s.top_k) == ((c.moe["experts"], c.moe["top_k"]) if c.moe else (0, 0))
+    assert s.family == ("llama" if c.norm == "rmsnorm" else "gpt2") and s.named == name
+    assert s.params == param_count(name) and s.active_params() == active_param_count(name)
+    experts = sum(p.numel() for k, p in meta_model(name).named_parameters() if ".mlp.experts." in k)
+    assert s.expert_params() == experts
+
+
+def test_analytic_shape_overrides_and_unknown_names():
+    tiny = Shape.of("llama-3-8b", n_embd=64, n_layer=2, n_head=4, n_kv_head=2, mlp_hidden=96, vocab_size=128)
+    assert tiny.params == param_count(shape("llama-3-8b", n_embd=64, n_layer=2, n_head=4, n_kv_head=2,
+                                            mlp_hidden=96, vocab_size=128))  # fmt: skip
+    assert tiny.named == "llama-3-8b" and tiny.name.startswith("llama-3-8b n_embd=64")
+    with pytest.raises(ValueError, match="MoE shape is simulated as named"):
+        Shape.of("mixtral-8x7b", n_layer=2)
+    with pytest.raises(KeyError, match=r"scale.cells.c.model = 'llama3.1-8b' .*known: gpt2-124m, .*llama-3.1-8b"):
+        Shape.of("llama3.1-8b", "scale.cells.c.model")
+    with pytest.raises(ValueError, match="neither llama-like"):
+        Shape.from_fields("odd", dict(SHAPES["llama-3-8b"], tie_weights=True))
+
+
+def test_config_names_shapes_and_validation_lists_the_known_ones():
+    """The scale schema's `model` enum is the registry's names; a config naming another shape fails
+    validation with the file, the cell's field and the known names."""
+    from steps.config import ConfigError, load_config, load_schema
+
+    enum = load_schema()["properties"]["scale"]["properties"]["model"]["enum"]
+    assert enum == ["", *SHAPES]
+    with pytest.raises(ConfigError, match=r"(?s)default.yaml, scale.cells.x.*'model' must be one of .*llama-3.1-8b"):
+        load_config(DEFAULT, overrides={"scale": {"cells": {"x": {"model": "llama3.1-8b", "cluster": "dgx_h100"}}}})
+    cells = load_config(DEFAULT)["scale"]["cells"]
+    assert "models" not in load_config(DEFAULT)["scale"]
+    assert {c["model"] for c in cells.values() if c.get("model")} <= set(SHAPES)

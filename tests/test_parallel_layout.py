@@ -123,7 +123,7 @@ def test_the_launching_side_imports_neither_torch_nor_jax():
     where a cell needs it."""
     code = (
         "import sys; import steps.sharding, steps.parallel.engines, steps.parallel.parity, "
-        "steps.parallel.analytic, steps.parallel.toy_mlp_init; "
+        "steps.analytic.costs, steps.parallel.toy_mlp_init; "
         "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -143,7 +143,7 @@ def test_fused_softmax_requires_manual_attention():
 def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     """The MFU numerator of every cell: 6N + 12·L·d·T per token (PaLM appendix B), N counted as
     nanoGPT does (all parameters, tied wte/lm_head once, minus the position embedding wpe)."""
-    from steps.hardware import gpt_flops_per_token
+    from steps.analytic.flops import flops_per_token
     from steps.perf.step import build_step
 
     p = perf_params()
@@ -151,7 +151,7 @@ def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
     V, T, L, d = (TOY[k] for k in ("vocab_size", "block_size", "n_layer", "n_embd"))
     n = V * d + L * (12 * d * d + 13 * d) + 2 * d  # wte + blocks (4 attn + 2 mlp linears, 2 LNs) + ln_f
     assert ts.model.num_params() == n
-    assert gpt_flops_per_token(n, L, d, T) == 6 * n + 12 * L * d * T
+    assert flops_per_token(n, L, d, T) == 6 * n + 12 * L * d * T
     m = throughput(ts, 4 * T, np.array([0.5, 0.25]), {"measured": 1e9, "published": 4e9})
     tok_s = 4 * T / np.array([0.5, 0.25])
     assert m["flops_per_token"] == 6 * n + 12 * L * d * T
@@ -162,7 +162,9 @@ def test_model_flops_per_token_is_6n_plus_12ldt_with_nanogpt_n():
 # ---- analytic memory model vs measured tensor bytes -----------------------------------------------------
 @pytest.mark.parametrize("model", [{}, {"bias": False, "norm": "rmsnorm", "pos": "rope"}])
 def test_analytic_state_memory_matches_summed_tensor_bytes(model):
-    from steps.perf.memory import analytic_memory, param_counts, state_bytes
+    from steps.analytic.memory import step_memory
+    from steps.analytic.params import param_counts
+    from steps.perf.memory import state_bytes
     from steps.perf.step import build_step
 
     p = perf_params(model={**TOY, **model})
@@ -172,7 +174,7 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     ts.backward(ts.model(x, labels=x).loss)
     ts.update()  # AdamW creates its state lazily, in the first step
     measured = state_bytes(ts.model, ts.optimizer)
-    analytic = analytic_memory(ts.model.config, 4)
+    analytic = step_memory(ts.model.config, 4)
     assert measured["params"] == analytic["params"] and measured["grads"] == analytic["grads"]
     # optimizer: 2 fp32 states per parameter + one 4-byte `step` per parameter tensor
     n_tensors = len(list(ts.model.parameters()))
@@ -192,7 +194,8 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     ],
 )
 def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt, fused_ce):
-    from steps.perf.memory import SavedTensorMeter, analytic_memory
+    from steps.analytic.memory import step_memory
+    from steps.perf.memory import SavedTensorMeter
     from steps.perf.step import build_step
 
     p = perf_params(attn=attn, amp=amp, checkpoint_activations=ckpt, model={**TOY, "fused_ce": fused_ce})
@@ -201,7 +204,7 @@ def test_analytic_activations_match_saved_tensor_bytes(attn, amp, ckpt, fused_ce
     meter = SavedTensorMeter(ts.model)
     with meter(), ts.autocast():
         ts.model(x, labels=x)
-    a = analytic_memory(ts.model.config, 4, amp, ckpt, attn)
+    a = step_memory(ts.model.config, 4, amp, ckpt, attn)
     expected = a["activations"] + a["autocast_weights"]
     assert abs(meter.bytes / expected - 1) < 0.02, (meter.bytes, expected)
 

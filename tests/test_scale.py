@@ -8,20 +8,24 @@ import json
 
 import pytest
 
+from steps.analytic import activations as Act
+from steps.analytic import comm as C
+from steps.analytic import memory as M
+from steps.analytic import params as P
 from steps.config import cell_config, load_config
+from steps.models.shapes import GPT2, LLAMA3, Shape
 from steps.parallel.plan import PlanError
-from steps.sim import analytic as A
 from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
 from steps.sim.scale_plan import ScalePlan
-from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
 from steps.tracking import InputError
 from tests.conftest import DEFAULT, run_stage
 
-TINY = {
-    "llama": dict(family="llama", d=64, layers=3, heads=8, kv_heads=4, ffn=128, vocab=256, max_seq=32),
-    "gpt2": dict(family="gpt2", d=64, layers=3, heads=8, vocab=256, max_seq=32),
+SIZES = dict(n_embd=64, n_layer=3, n_head=8, vocab_size=256, block_size=32)
+TINY = {  # GPTConfig fields of the two families (steps/models/shapes.py)
+    "llama": dict(LLAMA3, **SIZES, n_kv_head=4, mlp_hidden=128),
+    "gpt2": dict(GPT2, **SIZES),
 }
 MESHES = [{"fsdp": 8}, {"fsdp": 2, "tp": 4}, {"dp": 2, "fsdp": 2, "tp": 2}, {"dp": 8}]
 CLUSTER = dict(
@@ -49,23 +53,23 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     formulas exactly; saved activations too, but for the 4-byte fp32 loss scalar."""
     from steps.sim import fakeworld as fw
 
-    shape = Shape.from_config("tiny", TINY[family])
+    shape = Shape.from_fields("tiny", TINY[family])
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
     step = fw.simulate(shape, mesh, 2, 32)
-    assert step.state == A.state(shape, plan)["state"]
-    assert step.state == memory(shape, plan)["state"] == A.held_state(shape, plan)["state"]  # what `fits` uses
-    assert step.params == A.local_params(shape, plan) * A.FP32 / plan.axis("fsdp")  # fp32 shards, HSDP: over fsdp
-    analytic_comm = A.comm(shape, plan)
+    assert step.state == M.state(shape, plan)["state"]
+    assert step.state == memory(shape, plan)["state"] == M.held_state(shape, plan)["state"]  # what `fits` uses
+    assert step.params == P.local_params(shape, plan) * M.FP32 / plan.axis("fsdp")  # fp32 shards, HSDP: over fsdp
+    analytic_comm = C.by_collective(shape, plan)
     assert {k: v for k, v in step.comm.items() if v} == pytest.approx(analytic_comm, rel=1e-12)
-    assert step.saved - A.activations(shape, plan, ac="none")["saved"] == 4
+    assert step.saved - Act.activations(shape, plan, ac="none")["saved"] == 4
     tokens = 2 * 32
-    assert step.saved_per_layer == A.layer_bytes_per_token(shape, plan) * tokens
+    assert step.saved_per_layer == Act.layer_bytes_per_token(shape, plan) * tokens
     if plan.axis("tp") == 1:  # the README's term-by-term gap to the Playbook's 34·d, against the simulation
         from steps.sim.versus import playbook_gap_terms
 
         gap = sum(playbook_gap_terms(shape).values()) * tokens
-        assert step.saved_per_layer - A.korthikanti_per_layer(shape, plan) == gap
-        assert A.korthikanti_per_layer(shape, plan) == 34 * shape.d * tokens
+        assert step.saved_per_layer - Act.korthikanti_per_layer(shape, plan) == gap
+        assert Act.korthikanti_per_layer(shape, plan) == 34 * shape.d * tokens
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -77,32 +81,32 @@ def test_zero2_predicted_state_equals_the_simulated_state(family, mesh):
     from steps.sim import fakeworld as fw
     from steps.sim.versus import setup
 
-    shape = Shape.from_config("tiny", TINY[family])
+    shape = Shape.from_fields("tiny", TINY[family])
     plan = ScalePlan.from_params({"mesh": mesh, "zero": 2, "local_batch": 2, "seq": 32})
     sizes, recipe, _ = setup(shape, plan)
     step = fw.simulate(shape, sizes, 2, 32, recipe)
-    psi, n = A.local_params(shape, plan), plan.axis("dp")
+    psi, n = P.local_params(shape, plan), plan.axis("dp")
     assert step.state + step.gathered == memory(shape, plan)["state"] == 2 * psi + 16 * psi / n
-    assert A.state(shape, plan)["state"] == 2 * psi + 14 * psi / n
+    assert M.state(shape, plan)["state"] == 2 * psi + 14 * psi / n
 
 
 def test_zero1_predicted_state_holds_gradients_in_the_comm_dtype():
     """ZeRO-1 (Megatron-Core's distributed optimizer, analytic only): the fp32 gradients its
     reduce-scatter sends are held whole, 6Ψ + 12Ψ/N; the Playbook's bf16 gradients give 4Ψ + 12Ψ/N."""
-    shape = Shape.from_config("tiny", TINY["llama"])
+    shape = Shape.from_fields("tiny", TINY["llama"])
     plan = ScalePlan.from_params({"mesh": {"dp": 8}, "zero": 1, "local_batch": 2, "seq": 32})
-    psi, held = A.local_params(shape, plan), A.held_state(shape, plan)
-    comm_dtype = A.comm(shape, plan)["dp/reduce_scatter"] / A.ring_bytes("reduce_scatter", psi, 8)
-    assert comm_dtype == A.FP32 and held["grads"] == comm_dtype * psi
+    psi, held = P.local_params(shape, plan), M.held_state(shape, plan)
+    comm_dtype = C.by_collective(shape, plan)["dp/reduce_scatter"] / C.ring_bytes("reduce_scatter", psi, 8)
+    assert comm_dtype == M.FP32 and held["grads"] == comm_dtype * psi
     assert memory(shape, plan)["state"] == held["state"] == 6 * psi + 12 * psi / 8
-    assert A.state(shape, plan)["state"] == 4 * psi + 12 * psi / 8
+    assert M.state(shape, plan)["state"] == 4 * psi + 12 * psi / 8
     assert predict(shape, plan, Cluster.from_config("t", CLUSTER))["mem_state"] == held["state"]
 
 
 def test_depth_extrapolation_equals_a_full_depth_step():
     from steps.sim import fakeworld as fw
 
-    shape = Shape.from_config("tiny", {**TINY["llama"], "layers": 4})
+    shape = Shape.from_fields("tiny", {**TINY["llama"], "n_layer": 4})
     mesh = {"fsdp": 2, "tp": 4}
     extrapolated = fw.simulate(shape, mesh, 2, 32)
     direct = fw.one_step(shape, fw.mesh_for(mesh), 4, 2, 32)
@@ -118,7 +122,7 @@ def test_depth_extrapolation_equals_a_full_depth_step():
 def test_alpha_beta_by_hand():
     c = Cluster.from_config("t", CLUSTER)
     # 1 GB all-reduce over 8 GPUs of one node: 2·7 hops of 2 µs, 2·7/8 GB at 400 GB/s
-    nbytes = A.ring_bytes("all_reduce", 1e9, 8)
+    nbytes = C.ring_bytes("all_reduce", 1e9, 8)
     assert nbytes == 1.75e9
     assert c.collective_time("all_reduce", nbytes, 8, c.intra) == pytest.approx(14 * 2e-6 + 1.75e9 / 400e9)
     # 3 all-gathers over 16 ranks across nodes: 3·15 hops of 10 µs
@@ -132,13 +136,15 @@ def test_alpha_beta_by_hand():
 def test_step_time_by_hand():
     """fsdp8 in one node, no AC: compute = FLOPs/(mfu·peak); the FSDP collectives hide but for
     one layer's share; tokens/s = tokens / step / world."""
-    shape = Shape.from_config("tiny", {**TINY["llama"], "d": 1024, "ffn": 4096, "heads": 16, "kv_heads": 16})
+    shape = Shape.from_fields(
+        "tiny", {**TINY["llama"], "n_embd": 1024, "mlp_hidden": 4096, "n_head": 16, "n_kv_head": 16}
+    )
     plan = ScalePlan.from_params({"mesh": {"fsdp": 8}, "local_batch": 4, "seq": 1024})
     c = Cluster.from_config("t", CLUSTER)
     r = predict(shape, plan, c)
     tokens = 8 * 4 * 1024
     compute = shape.flops_per_token(1024) * tokens / 8 / 0.5e15
-    comm = A.comm(shape, plan)
+    comm = C.by_collective(shape, plan)
     t_ag = 7 * 2e-6 * (2 * 3 + 1) + comm["fsdp/all_gather"] / 400e9
     t_rs = 7 * 2e-6 * (3 + 1) + comm["fsdp/reduce_scatter"] / 400e9
     step = compute + max(0.0, t_ag + t_rs - compute) + (t_ag + t_rs) / 4
@@ -151,7 +157,7 @@ def test_step_time_by_hand():
 
 def published_cell(name: str):
     cfg = cell_config(load_config(DEFAULT), "scale", name)["params"]
-    shape = Shape.from_config(cfg["model"], cfg["models"][cfg["model"]])
+    shape = Shape.of(cfg["model"])
     cluster = Cluster.from_config(cfg["cluster"], cfg["clusters"][cfg["cluster"]])
     return shape, ScalePlan.from_params(cfg["plan"]), cluster, cfg["published"]
 
@@ -168,7 +174,7 @@ def test_published_torchtitan_run_within_25_percent(cell):
 def test_published_memory_difference_is_the_state_difference():
     """82.4 GiB at 8 GPUs, 67.0 at 128 (torchtitan Tables 1, 3): only the FSDP shards differ."""
     (s8, p8, _, m8), (s128, p128, _, m128) = published_cell("titan_8b_fsdp8"), published_cell("titan_8b_fsdp128")
-    drop = (A.state(s8, p8)["state"] - A.state(s128, p128)["state"]) / 2**30
+    drop = (M.state(s8, p8)["state"] - M.state(s128, p128)["state"]) / 2**30
     assert drop == pytest.approx(m8["memory_gib"] - m128["memory_gib"], rel=0.15)
 
 
@@ -198,7 +204,8 @@ def test_a_plan_that_does_not_fit_says_so(tmp_path):
 def test_unknown_model_is_an_input_error(tmp_path):
     params = cell_config(load_config(DEFAULT), "scale", "best_8b_64")["params"]
     proc = run_stage(tmp_path, "scale", {**params, "model": "llama9"}, cell="bad", check=False)
-    assert proc.returncode != 0 and "scale.models" in proc.stderr and "llama9" in proc.stderr
+    assert proc.returncode != 0 and "scale.cells.bad.model = 'llama9'" in proc.stderr
+    assert "known: gpt2-124m" in proc.stderr and "llama-3.1-8b" in proc.stderr
 
 
 # ---- checked against our own runs: the sharding stage's gloo cells replayed on the fake group ----
@@ -266,7 +273,7 @@ def test_swiglu_gqa_under_tp_equals_analytic():
     input, so state and comm equal the sharding stage's analytic model exactly."""
     import torch
 
-    from steps.parallel import analytic
+    from steps.analytic.costs import gpt_costs
     from steps.parallel.gpt_init import full_model
     from steps.parallel.plan import Plan
     from steps.sim.replay_sharding import replay
@@ -279,7 +286,7 @@ def test_swiglu_gqa_under_tp_equals_analytic():
         model = full_model(plan, torch.float32)
         shapes = {k: p.numel() for k, p in model.named_parameters()}
         assert "transformer.h.0.mlp.c_fc2.weight" in shapes
-        sim, want = replay(plan), analytic.gpt_costs(plan, shapes)
+        sim, want = replay(plan), gpt_costs(plan, shapes)
         assert sim["state_bytes"] == want["state_bytes"] and sim["comm_bytes"] == want["comm_bytes"]
 
 
@@ -298,19 +305,19 @@ def test_simulated_ac_sp_zero2_against_analytic(mesh, extra):
     from steps.sim import fakeworld as fw
     from steps.sim.versus import compare, setup
 
-    shape = Shape.from_config("tiny", TINY["gpt2"])
+    shape = Shape.from_fields("tiny", TINY["gpt2"])
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32, **extra})
     sizes, recipe, ac = setup(shape, plan)
     assert ac == plan.ac and recipe.reshard == (plan.zero_stage != 2)
     m, *_ = compare(shape, plan)
     assert m["comm_ratio"] == pytest.approx(1, rel=1e-12)
     step = fw.simulate(shape, sizes, 2, 32, recipe)
-    act = A.activations(shape, plan, ac=ac)
+    act = Act.activations(shape, plan, ac=ac)
     n = plan.axis("dp") if plan.zero_stage == 2 else 1
-    psi = A.local_params(shape, plan)
-    assert step.state + (step.gathered if n > 1 else 0) == A.state(shape, plan)["state"] + 2 * psi / n * (n > 1)
+    psi = P.local_params(shape, plan)
+    assert step.state + (step.gathered if n > 1 else 0) == M.state(shape, plan)["state"] + 2 * psi / n * (n > 1)
     if ac == "full":  # a checkpointed layer keeps its input: the Playbook's 2·s·b·h (÷ t with SP), exactly
-        assert step.saved_per_layer == A.korthikanti_per_layer(shape, plan, "full")
+        assert step.saved_per_layer == Act.korthikanti_per_layer(shape, plan, "full")
     if plan.sp and ac == "full":  # the first block's checkpointed input is still whole (SP begins inside it)
         t = plan.axis("tp")
         assert step.saved - act["kept"] == 4 + 2 * shape.d * (1 - 1 / t) * 2 * 32
@@ -325,8 +332,8 @@ def test_llama_plan_with_ac_compares_comm_like_for_like(tmp_path):
     AC) on both sides and says so, while the plan's analytic comm (the step-time model's) adds the
     TP collectives full AC runs again — one per layer, `ac: full` over `ac: none`."""
     params = cell_config(load_config(DEFAULT), "scale", "l8b_fsdp8_tp8")["params"]
-    params["models"] = {"tiny": TINY["llama"]}
-    params.update(model="tiny", plan={"mesh": {"fsdp": 2, "tp": 4}, "local_batch": 2, "seq": 32, "ac": "full"})
+    params["model_overrides"] = {k: v for k, v in TINY["llama"].items() if k in (*SIZES, "n_kv_head", "mlp_hidden")}
+    params.update(plan={"mesh": {"fsdp": 2, "tp": 4}, "local_batch": 2, "seq": 32, "ac": "full"})
     params["published"] = dict(tokens_per_s_gpu=1e6, memory_gib=0.5, source="made up", note="compile not modelled")
     run_stage(tmp_path, "scale", params, cell="tiny_ac")
     rec = json.loads((tmp_path / "results/scale/tiny_ac/metrics.json").read_text())
@@ -382,20 +389,20 @@ def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
     from steps.sim import fakeworld as fw
 
     monkeypatch.setitem(SHAPES, "tiny-moe", dict(SHAPES["mixtral-8x7b"], **TINY_MOE))
-    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    shape = Shape.of("tiny-moe")
     assert (shape.experts, shape.top_k) == (8, 2)
     from steps.models.shapes import active_param_count, param_count
 
     assert (shape.params, shape.active_params()) == (param_count("tiny-moe"), active_param_count("tiny-moe"))
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
     step = fw.simulate(shape, mesh, 2, 32)
-    assert step.state == A.state(shape, plan)["state"] == A.held_state(shape, plan)["state"]
+    assert step.state == M.state(shape, plan)["state"] == M.held_state(shape, plan)["state"]
     assert step.state == 16 * shape.params / 8  # every byte sharded over the 8 ranks
     simulated = {k: v for k, v in step.comm.items() if v}
-    assert simulated == pytest.approx(A.comm(shape, plan), rel=1e-12)
+    assert simulated == pytest.approx(C.by_collective(shape, plan), rel=1e-12)
     if plan.axis("ep") > 1:  # four (b·s·k, d) bf16 all-to-alls a layer and the E int64 counts, over ep
         n = plan.axis("ep")
-        rows = 4 * A.ring_bytes("all_to_all", 2 * 32 * 2 * 64 * A.BF16, n) + A.ring_bytes("all_to_all", 8 * 8, n)
+        rows = 4 * C.ring_bytes("all_to_all", 2 * 32 * 2 * 64 * M.BF16, n) + C.ring_bytes("all_to_all", 8 * 8, n)
         assert simulated["ep/all_to_all"] == 3 * rows
 
 
@@ -403,12 +410,12 @@ def test_moe_step_time_charges_the_all_to_all():
     """The α–β model prices EP's all-to-alls (ep inside a node: NVLink), all of them exposed."""
     from steps.sim.steptime import predict
 
-    shape = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    shape = Shape.of("mixtral-8x7b")
     c = Cluster.from_config("t", CLUSTER)
     inside = predict(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}), c)
     assert inside["all_to_all_s"] > 0 and inside["exposed_comm_s"] >= inside["all_to_all_s"]
     # ep8 inside a node: 32 layers × 5 calls × 7 hops × 2 µs + the bytes at 400 GB/s
-    nbytes = A.comm(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}))["ep/all_to_all"]
+    nbytes = C.by_collective(shape, ScalePlan.from_params({"mesh": {"fsdp": 8, "ep": 8}, "seq": 4096}))["ep/all_to_all"]
     assert inside["all_to_all_s"] == pytest.approx(32 * 5 * 7 * 2e-6 + nbytes / 400e9, rel=1e-12)
     with pytest.raises(PlanError, match="ep"):
         ScalePlan.from_params({"mesh": {"ep": 8, "tp": 2}})
@@ -425,10 +432,10 @@ def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
     spec = dict(SHAPES["mixtral-8x7b"], **{**TINY_MOE, **sizes})
     spec["moe"] = {**TINY_MOE["moe"], "top_k": k}
     monkeypatch.setitem(SHAPES, "tiny-moe", spec)
-    shape = Shape.from_config("tiny", {"shape": "tiny-moe"})
+    shape = Shape.of("tiny-moe")
     plan = ScalePlan.from_params({"mesh": {"fsdp": 8}, "local_batch": 2, "seq": 32})
     step = fw.simulate(shape, {"fsdp": 8}, 2, 32)
-    gap = step.saved_per_layer / (2 * 32) - A.layer_bytes_per_token(shape, plan)
+    gap = step.saved_per_layer / (2 * 32) - Act.layer_bytes_per_token(shape, plan)
     d = shape.d
     assert gap == 6 * d + shape.head_dim + 4 + k * (2 * d + 30)
 
@@ -436,8 +443,8 @@ def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
 def test_moe_plan_errors_name_the_cell():
     from steps.scale import check_moe
 
-    dense = Shape.from_config("tiny", TINY["llama"])
-    mixtral = Shape.from_config("m", {"shape": "mixtral-8x7b"})
+    dense = Shape.from_fields("tiny", TINY["llama"])
+    mixtral = Shape.of("mixtral-8x7b")
     with pytest.raises(InputError, match=r"scale.cells.c.plan.mesh.ep = 4.*0 experts"):
         check_moe("c", dense, ScalePlan.from_params({"mesh": {"fsdp": 2, "ep": 4}}))
     with pytest.raises(InputError, match="ep must divide"):

@@ -1,5 +1,5 @@
 """Sharding: every strategy as real processes (torchrun / N JAX host devices) against one device,
-the analytic cost model on a toy MLP, and fail-fast launching (a killed or hung rank)."""
+and fail-fast launching (a killed or hung rank). The analytic cost model by hand: test_analytic.py."""
 
 import json
 import subprocess
@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from steps.parallel import analytic as A
 from steps.parallel.launch import LaunchError, launch
 from steps.parallel.plan import Plan, PlanError
 from steps.parallel.scratch.pp import schedule_order
@@ -26,38 +25,6 @@ TINY = {
 
 def plan(**kw) -> Plan:
     return Plan.from_params({**TINY, **kw})
-
-
-# ---- analytic model, by hand on a toy MLP: d=4, h=8, L=2 -> Ψ = 2·(2·4·8 + 8 + 4) = 152 ----------
-def toy(**kw):
-    return Plan.from_params({"mlp": {"dim": 4, "hidden": 8, "layers": 2}, "batch_size": 8, **kw})
-
-
-def test_analytic_formulas_on_toy_mlp():
-    assert A.mlp_psi(toy()) == 152
-    assert A.mlp_comm(toy(strategy="dp", mesh={"dp": 2})) == 2 * (1 / 2) * 152 * 4  # 2Ψ(N-1)/N·b
-    assert A.mlp_comm(toy(strategy="fsdp", mesh={"fsdp": 2})) == 3 * (1 / 2) * 152 * 4  # 3Ψ(N-1)/N·b
-    assert A.mlp_comm(toy(strategy="tp", mesh={"tp": 2})) == 3 * 2 * (1 / 2) * 8 * 4 * 4  # (2L-1) AR of B·d
-    assert A.mlp_comm(toy(strategy="pp", mesh={"pp": 2})) == 2 * 8 * 4 * 4 / 2  # acts + grads
-    assert A.mlp_local_params(toy(strategy="tp", mesh={"tp": 2})) == 2 * ((64 + 8) / 2 + 4)  # b2 replicated
-    assert A.mlp_local_params(toy(strategy="fsdp", mesh={"fsdp": 2})) == 76
-    p = toy(strategy="dp_tp", mesh={"dp": 2, "tp": 2})  # TP on B/2 rows + DP over the TP shard
-    assert A.mlp_comm(p) == 3 * 2 * (1 / 2) * 4 * 4 * 4 + 2 * (1 / 2) * 80 * 4
-    # HSDP × TP: the dp replicas all-reduce the fsdp-reduce-scattered shard, Ψ_tp / fsdp
-    gpt = {"vocab_size": 16, "block_size": 4, "n_layer": 1, "n_head": 2, "n_embd": 4}
-    hsdp = Plan.from_params(
-        {"strategy": "dp_fsdp_tp", "mesh": {"dp": 2, "fsdp": 2, "tp": 2}, "model": "gpt", "gpt": gpt}
-    )
-    no_dp = Plan.from_params({"strategy": "fsdp_tp", "mesh": {"fsdp": 2, "tp": 2}, "model": "gpt", "gpt": gpt})
-    shapes = {"transformer.wte.weight": 64, "transformer.h.0.mlp.c_fc.weight": 64}  # replicated 64, tp-sharded 32
-    assert hsdp.data_size == 4 and no_dp.data_size == 2  # rows per rank: 16/4 = 4 sequences vs 8
-    tp = 4 * (2 * 1 / 2) * 4 * 4 * 4 * 4  # 4 all-reduces of (rows 4 · T 4 · C 4) fp32 over tp=2
-    fsdp = (3 * 96 - 64) * (1 / 2) * 4  # 3Ψ_tp gathered/scattered over fsdp=2, the root (wte) twice
-    dp = 2 * (1 / 2) * (96 / 2) * 4  # all-reduce over dp=2 of the fsdp shard
-    assert A.gpt_comm(hsdp, shapes) == tp + fsdp + dp == 1664
-    assert A.gpt_comm(no_dp, shapes) == 2 * tp + fsdp
-    assert toy(strategy="dp", mesh={"dp": 2}).state_tensors * 152 * 4 == 2432  # Adam: 4Ψ·b
-    assert toy(strategy="pp", mesh={"pp": 2}, microbatches=4).pipeline_bubble() == pytest.approx(1 / 5)
 
 
 def test_one_f_one_b_order_holds_fewer_microbatches():

@@ -9,7 +9,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from steps.hardware import gpt_flops_per_token
+from steps.analytic.flops import flops_per_token
 from steps.mcq.metrics import bootstrap_ci, per_question_scores, top3_letters
 from steps.mcq.model import non_embedding_params
 from steps.tracking import StageRun
@@ -82,7 +82,7 @@ def throughput(trainer, meter, model, peak: float) -> dict:
         return {}
     cfg = model.config
     seq = trainer.tokens / (trainer.examples * 5)  # mean padded length of one (question, option) pair
-    flops = trainer.tokens * gpt_flops_per_token(
+    flops = trainer.tokens * flops_per_token(
         non_embedding_params(model), cfg.num_hidden_layers, cfg.hidden_size, int(round(seq))
     )
     return {

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from steps.hardware import gpt_flops_per_token, mfu, slow_matmul_reason
+from steps.analytic.flops import flops_per_token
+from steps.hardware import mfu, slow_matmul_reason
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.hf_convert import to_hf
 from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep
@@ -85,7 +86,7 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
     hf_ref.config._attn_implementation = "sdpa"
     gen = torch.Generator().manual_seed(ctx.seed)
     batch = torch.randint(0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size), generator=gen).to(device)
-    fpt = gpt_flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
+    fpt = flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
     out, rows = {}, []
     for dtype in b["dtypes"]:
         if dtype in ctx.info.get("bench_skipped", {}):

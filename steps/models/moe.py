@@ -161,7 +161,7 @@ class MoE(nn.Module):
 
     def expert_counts(self, choice) -> list[int]:
         """Rows per expert of the (N·k,) assignments (E: dropped). The scale stage's fake-tensor step
-        overrides it with balanced routing (steps/sim/moe.py): fake tensors have no values to count."""
+        overrides it with balanced routing (steps/sim/balanced_moe.py): fake tensors have no values to count."""
         return torch.bincount(choice, minlength=self.n_experts + 1)[: self.n_experts].tolist()
 
     def run_experts(self, rows, counts: list[int]):

@@ -3,10 +3,16 @@ Llama-3 8B/70B (Llama-3.1-8B: the 8B shape with a 128 k context) and two mixture
 Mixtral-8x7B (8 large experts, top-2) and OLMoE-1B-7B (fine-grained: 64 small experts, top-8, as
 DeepSeekMoE / Qwen-MoE split the FFN, without their shared experts).
 
-    from steps.models.shapes import shape, SHAPES, PUBLISHED_PARAMS, param_count
+    from steps.models.shapes import shape, SHAPES, PUBLISHED_PARAMS, param_count, Shape
     cfg = shape("llama-3-8b")                    # a GPTConfig
     cfg = shape("gpt2-124m", block_size=256)     # with overrides
     param_count("llama-3-70b")                   # built on the meta device: nothing is allocated
+    Shape.of("llama-3-70b")                      # the same shape as the analytic model reads it (no torch)
+
+The one registry of model shapes: the scale stage's cells name one (`model: llama-3.1-8b`), the
+simulator builds it (steps/sim/recipe.py) and the analytic model (steps/analytic/) reads its Shape.
+Importing this module imports no torch (GPTConfig and the meta-device model are imported where
+they are built), so the scale stage's analytic cells stay torch-free.
 
 Sources. GPT-2: Radford et al. 2019 and HF's gpt2/gpt2-medium/-large/-xl config.json (vocab
 50257, context 1024, tied head, tanh GELU, LayerNorm eps 1e-5). Llama 3: Meta's params.json and
@@ -30,11 +36,20 @@ against HF's GPT2LMHeadModel / LlamaForCausalLM built on the meta device from th
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.analytic.flops import flops_per_token
 
-GPT2 = dict(vocab_size=50257, block_size=1024, activation="gelu_new", layer_norm_eps=1e-5, bias=True, tie_weights=True)
+if TYPE_CHECKING:
+    from steps.models.gpt import GPTConfig, GPTLMHeadModel
+
+# the families the analytic model knows (Shape.family) state these GPTConfig fields: GPT-2 spells
+# out GPTConfig's defaults so that a Shape can be read from this table without importing torch
+GPT2 = dict(
+    vocab_size=50257, block_size=1024, activation="gelu_new", layer_norm_eps=1e-5, bias=True, tie_weights=True,
+    pos="learned", norm="layernorm", mlp="gelu",
+)  # fmt: skip
 LLAMA3 = dict(
     vocab_size=128256,
     block_size=8192,
@@ -91,15 +106,26 @@ PUBLISHED_PARAMS = {
 PUBLISHED_ACTIVE_PARAMS = {"mixtral-8x7b": 12.9e9, "olmoe-1b-7b": 1.3e9}  # as rounded in the papers
 
 
+def known(name: str, where: str) -> None:
+    """Raise a KeyError naming `where` (the config field or caller) and the known shapes."""
+    if name not in SHAPES:
+        raise KeyError(f"{where} = {name!r} is not a shape of steps/models/shapes.py (known: {', '.join(SHAPES)})")
+
+
 def shape(name: str, **overrides) -> GPTConfig:
     """The GPTConfig of a named shape; `overrides` replace fields (e.g. block_size, dropout)."""
-    if name not in SHAPES:
-        raise KeyError(f"unknown model shape {name!r}; known: {', '.join(SHAPES)}")
+    from steps.models.gpt import GPTConfig
+
+    known(name, "model shape")
     return GPTConfig(**{**SHAPES[name], **overrides})
 
 
 def meta_model(name_or_config: str | GPTConfig) -> GPTLMHeadModel:
     """The model on the meta device: real parameter shapes, no storage."""
+    import torch
+
+    from steps.models.gpt import GPTLMHeadModel
+
     cfg = shape(name_or_config) if isinstance(name_or_config, str) else name_or_config
     with torch.device("meta"):
         return GPTLMHeadModel(cfg)
@@ -119,3 +145,131 @@ def active_param_count(name_or_config: str | GPTConfig) -> int:
         experts = sum(p.numel() for name, p in model.named_parameters() if ".mlp.experts." in name)
         n -= experts * (moe["experts"] - moe["top_k"]) // moe["experts"]
     return n
+
+
+# ---- the analytic model's view of a shape ---------------------------------------------------------
+# Families: `llama` (HF LlamaForCausalLM: RMSNorm, RoPE, SwiGLU with its own hidden size `ffn`,
+# grouped-query attention with `n_kv_head`, no biases, untied head) and `gpt2` (our GPT,
+# steps/models/gpt.py: LayerNorm with bias, learned positions, GELU MLP of 4d, tied head).
+#
+# Mixtures of experts (`experts` > 0): a llama-family layer whose SwiGLU is `experts` SwiGLUs of
+# `ffn` and a router (d × experts), each token using `top_k` of them; simulated on our GPT with the
+# shape's GPTConfig (its MoE: steps/models/moe.py).
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    family: str  # llama | gpt2
+    d: int  # hidden size
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int  # MLP hidden size (gpt2: 4d)
+    vocab: int
+    max_seq: int
+    experts: int = 0  # MoE: experts per layer (0: a dense MLP)
+    top_k: int = 0  # MoE: experts per token
+    named: str = ""  # the steps/models/shapes.py shape it came from (MoE: the module built)
+
+    @classmethod
+    def of(cls, name: str, where: str = "model shape", **overrides) -> "Shape":
+        """The registry's shape `name` (SHAPES), `overrides` replacing GPTConfig fields (a dense shape
+        only: the simulator builds an MoE from its registry name); an unknown name is a KeyError
+        naming `where` (the config field) and the known shapes."""
+        known(name, where)
+        if overrides and SHAPES[name].get("moe"):
+            raise ValueError(f"{where} = {name!r}: an MoE shape is simulated as named, without overrides")
+        label = name + "".join(f" {k}={v}" for k, v in overrides.items())
+        return replace(cls.from_fields(label, {**SHAPES[name], **overrides}), named=name)
+
+    @classmethod
+    def from_fields(cls, name: str, c: dict) -> "Shape":
+        """The shape of GPTConfig keyword arguments `c` (a SHAPES entry; tests' tiny models), which
+        must state the fields that make a family: llama = RMSNorm, RoPE, SwiGLU with its mlp_hidden,
+        no biases, untied head; gpt2 = our GPT's defaults (LayerNorm, learned positions, GELU MLP of
+        4d unless mlp_hidden says otherwise, biases, tied head). MoE: `moe` {experts, top_k}."""
+        family = {
+            ("rmsnorm", "rope", "swiglu", False, False): "llama",
+            ("layernorm", "learned", "gelu", True, True): "gpt2",
+        }.get(tuple(c.get(k) for k in ("norm", "pos", "mlp", "bias", "tie_weights")))
+        if family is None or (family == "llama" and not c.get("mlp_hidden")):
+            raise ValueError(
+                f"model shape {name!r} is neither llama-like (norm rmsnorm, pos rope, mlp swiglu with its "
+                "mlp_hidden, bias false, tie_weights false) nor gpt2-like (layernorm, learned, gelu, bias, tied): "
+                "the analytic model knows those two families"
+            )
+        moe = c.get("moe") or {}
+        return cls(
+            name, family, c["n_embd"], c["n_layer"], c["n_head"], c.get("n_kv_head") or c["n_head"],
+            c.get("mlp_hidden") or 4 * c["n_embd"], c["vocab_size"], c["block_size"],
+            moe.get("experts", 0), moe.get("top_k", 0), name,
+        )  # fmt: skip
+
+    @property
+    def head_dim(self) -> int:
+        return self.d // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    # ---- parameters ------------------------------------------------------------------------
+    def groups(self) -> dict[str, int]:
+        """Parameter count per group: embed, pos, layers (all L), norm_f, head (0 when tied)."""
+        d, f = self.d, self.ffn
+        if self.family == "llama":
+            attn = d * d + 2 * d * self.kv_dim + d * d
+            mlp = self.experts * (3 * d * f + d) if self.experts else 3 * d * f  # MoE: E SwiGLUs + the router
+            layer = attn + mlp + 2 * d
+            return {
+                "embed": self.vocab * d,
+                "pos": 0,
+                "layers": self.layers * layer,
+                "norm_f": d,
+                "head": self.vocab * d,
+            }
+        layer = (4 * d * d + 4 * d) + (2 * d * f + f + d) + 4 * d  # q/k/v/o (+bias), c_fc/c_proj (+bias), 2 LN
+        return {
+            "embed": self.vocab * d,
+            "pos": self.max_seq * d,
+            "layers": self.layers * layer,
+            "norm_f": 2 * d,
+            "head": 0,
+        }
+
+    @property
+    def params(self) -> int:
+        return sum(self.groups().values())
+
+    def expert_params(self) -> int:
+        """Parameters of all layers' experts (0 for a dense shape): what expert parallelism shards."""
+        return self.layers * self.experts * 3 * self.d * self.ffn
+
+    def active_params(self) -> int:
+        """Parameters one token uses: all but the (E - top_k)/E of the experts it skips."""
+        return self.params - (self.expert_params() * (self.experts - self.top_k) // self.experts if self.experts else 0)
+
+    def layer_replicated(self) -> int:
+        """Parameters of one layer that TP keeps whole on every rank. Llama (torchtitan's plan):
+        its two RMSNorms. Our GPT (parallelize.apply_tp): two LayerNorms (weight + bias) and the
+        biases of the row-parallel o_proj and c_proj."""
+        return 2 * self.d if self.family == "llama" else 6 * self.d
+
+    def ends(self) -> dict[str, int]:
+        """The groups outside the layers, as TP leaves them on one rank: (sharded, whole). Llama's
+        embedding and head are vocabulary-parallel; our GPT keeps wte (= the tied head) and wpe."""
+        g = self.groups()
+        if self.family == "llama":
+            return {"first": (g["embed"], 0), "last": (g["head"], g["norm_f"])}
+        return {"first": (0, g["embed"] + g["pos"]), "last": (0, g["embed"] + g["norm_f"])}
+
+    # ---- FLOPs --------------------------------------------------------------------------------
+    def flops_per_token(self, seq: int) -> float:
+        """Model FLOPs of one token's forward + backward, torchtitan's convention (its MFU):
+        6·N (N without the embedding table, which is a lookup) + 12·L·d·T for attention
+        (QKᵀ and AV, forward and backward, causal masking not discounted). MoE: N is the active
+        parameters (top_k of E experts a token; the router's d·E counted whole)."""
+        g = self.groups()
+        n = (
+            self.active_params() - g["embed"] - g["pos"] + (g["embed"] if self.family == "gpt2" else 0)
+        )  # tied head is a matmul
+        return flops_per_token(n, self.layers, self.d, seq)

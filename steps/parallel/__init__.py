@@ -7,8 +7,8 @@ launch.py     where a cell runs (GPUs, backends) and starting its processes; fai
 nodes.py      across hosts: each node's place (config or SLURM), its interface, the unreachable node
 links.py      which mesh axis crosses the host boundary, and the bytes on each link
 worker.py     one torch rank's loop: train K steps, measure, compare with the reference
-analytic.py   the ring cost factors and what each strategy should cost
-comm.py       torch collectives through a byte counter (scratch) and a dispatch-mode counter (native)
+comm.py       torch collectives through a byte counter (scratch) and a dispatch-mode counter (native);
+              what each strategy should cost, and the ring factors: steps/analytic/ (costs.py, comm.py)
 reference.py  the single-device torch references;  parity.py  the one parity helper
 toy_mlp.py, toy_mlp_init.py  the toy MLP the scratch engines shard (its numpy weights and batches)
 gpt_init.py   our GPT as the torch engines build it: config from the plan, seeded weights, batches

@@ -1,4 +1,4 @@
-"""Count what passes through torch's collectives, in analytic.py's ring convention for every
+"""Count what passes through torch's collectives, in steps/analytic/comm.py's ring convention for every
 strategy (bytes one rank sends: 2(N-1)/N for an all-reduce, (N-1)/N for an all-gather or a
 reduce-scatter, 1 for a send).
 
@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from steps.parallel.analytic import ring_bytes
+from steps.analytic.comm import ring_bytes
 
 warnings.filterwarnings("ignore", message=".*(all_gather_into_tensor|reduce_scatter_tensor).*")
 
@@ -82,7 +82,7 @@ def reduce_scatter_tensor(out: torch.Tensor, inp: torch.Tensor, group=None) -> t
 def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, group=None) -> torch.Tensor:
     """Rows of `inp` (in_splits[r] to rank r) exchanged; charged on the input, (N-1)/N of it: what a
     rank sends under balanced routing. Uneven routing moves bytes between ranks, but every row sent
-    is received and sent back once, so the mean over the ranks is exact (analytic.py)."""
+    is received and sent back once, so the mean over the ranks is exact (steps/analytic/comm.py)."""
     COUNTER.add("all_to_all", _nbytes(inp), _size(group), _ranks(group))
     dist.all_to_all_single(out, inp, out_splits, in_splits, group=group)
     return out

@@ -11,6 +11,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from steps import hardware
+from steps.analytic.flops import flops_per_token
 from steps.models.train_step import set_tf32
 from steps.paired import interleave
 from steps.perf.footprint import PeakMemory
@@ -84,7 +85,7 @@ def throughput(ts, tokens_per_step: int, timed: np.ndarray, peaks: dict) -> dict
     (`peaks` as hardware.peak_flops returns it)."""
     cfg = ts.model.config
     tps = tokens_per_step / timed
-    fpt = hardware.gpt_flops_per_token(ts.model.num_params(non_embedding=True), cfg.n_layer, cfg.n_embd, cfg.block_size)
+    fpt = flops_per_token(ts.model.num_params(non_embedding=True), cfg.n_layer, cfg.n_embd, cfg.block_size)
     med = float(np.median(tps))
     return {
         "tokens_per_s": med,

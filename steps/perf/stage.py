@@ -14,7 +14,8 @@ timeline cell also records the seed's memory timeline over its first two steps.
 
 The parts: compare.py (the cell against its baseline), measure.py (the training loop, tokens/s,
 MFU), footprint.py (peak memory, the analytic-vs-measured table), timeline.py (the memory
-timeline), step.py (the training step and its knobs), memory.py (the analytic memory model).
+timeline), step.py (the training step and its knobs), memory.py (memory measured; the analytic model:
+steps/analytic/memory.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pandas as pd
 import torch
 
 from steps import hardware
+from steps.analytic.memory import step_memory
 from steps.models.train_step import set_tf32
 from steps.paired import Ratio
 from steps.perf import memory
@@ -67,7 +69,7 @@ def run(ctx: StageRun) -> dict:
     peaks = hardware.peak_flops(peak_dtype(p), device, n=p["peak_matmul_size"])
     ctx.info["published_peak"] = peaks["published_name"]
     micro = micro_batch(p)
-    analytic = memory.analytic_memory(
+    analytic = step_memory(
         gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"], grad_accum=p["grad_accum"]
     )
 

@@ -1,14 +1,15 @@
 """The timeline cell's memory timeline: the seed's memory checkpoints (inside forward after each
 block, after forward, backward, step, zero_grad) over the first two (warm-up) steps, measured
-next to the analytic bytes alive at each checkpoint (steps/perf/memory.py)."""
+next to the analytic bytes alive at each checkpoint (steps/analytic/memory.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
+from steps.analytic.memory import timeline_bytes
 from steps.config import ConfigError
-from steps.perf.memory import MemoryProbe, SavedTensorMeter, timeline_analytic
+from steps.perf.memory import MemoryProbe, SavedTensorMeter
 
 
 class Timeline:
@@ -24,7 +25,7 @@ class Timeline:
         saved = self.meter.bytes if self.meter and label.startswith(("inside", "after forward")) else 0
         if label == "after backward" and self.meter:
             self.meter.reset()  # backward frees what forward saved
-        expected = 0.0 if model is None else timeline_analytic(self.analytic, label, bool(opt and opt.state))
+        expected = 0.0 if model is None else timeline_bytes(self.analytic, label, bool(opt and opt.state))
         self.probe(label, self.iteration, model, opt, saved, expected)
 
     def attach(self, ts) -> None:

@@ -1,8 +1,9 @@
 """Sharding beyond this machine: per-GPU memory, communication and step time of a training plan on
 meshes of 8 to 1,024 GPUs, simulated in one process and modelled analytically (the `scale` stage,
-steps/scale.py). One concern a file:
+steps/scale.py). The model's shape is steps/models/shapes.py's (Shape: parameter counts by group,
+model FLOPs per token); the Playbook's formulas (ZeRO-0..3 state, activations per layer, comm per
+strategy) are steps/analytic/'s. One concern a file:
 
-  shapes.py     a model's shape: parameter counts by group, model FLOPs per token
   scale_plan.py ScalePlan: the mesh (steps/parallel/plan.py's vocabulary), ZeRO stage, SP, AC, batch
   recipe.py     the real model (HF Llama, our GPT) under a FakeTensorMode and how the rank trains it;
                 parallelized by steps/parallel/native/parallelize.py, the sharding stage's path
@@ -11,7 +12,6 @@ steps/scale.py). One concern a file:
   versus.py     which step a plan's simulation runs (ZeRO-2, SP, full AC included) and which formula
                 each simulated number is set against
   replay_sharding.py  the sharding stage's gloo cells replayed on the fake group, against their ranks' bytes
-  analytic.py   the Playbook's formulas: ZeRO-0..3 state, activations per layer, comm per strategy
   cluster.py    a cluster description and the α–β cost of each collective on it
   steptime.py   compute, exposed communication, pipeline bubble -> tokens/s per GPU, MFU, fits
   search.py     the best plan that fits, for a model, a global batch and a cluster

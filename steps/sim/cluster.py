@@ -1,7 +1,7 @@
 """A cluster description (the config's `scale.clusters.<name>`) and the α–β cost of a collective.
 
 A collective over n ranks, run as a ring, takes `steps` latency hops and moves the ring-equivalent
-bytes one rank sends (steps/parallel/analytic.py's RING factors) over the slowest link it crosses:
+bytes one rank sends (steps/analytic/comm.py's RING factors) over the slowest link it crosses:
 
   time = steps · α + bytes / β        steps: all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send 1
 

@@ -11,7 +11,7 @@ training step (forward, loss, backward, AdamW step). Read from it, exactly:
              meter, keyed by storage identity since fake tensors have no addresses), less the
              parameters' storages (the all-gathered bf16 weights the matmuls keep, FSDP2 frees them)
   comm       every collective through steps/parallel/comm.py's dispatch-mode counter, attributed
-             to its mesh axis (ring-equivalent bytes sent per rank, analytic.py's RING factors);
+             to its mesh axis (ring-equivalent bytes sent per rank, steps/analytic/comm.py's RING factors);
              with expert parallelism the dense FSDP group fsdp × ep is `dp_shard` (shard_axis)
 
 Depth: a transformer's layers are identical, so every quantity is a + L·b. A step of 1 layer and
@@ -34,11 +34,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from steps.analytic.comm import shard_axis
+from steps.models.shapes import Shape
 from steps.parallel.comm import CommCounter, NativeCommMode
 from steps.parallel.native import parallelize as P
 from steps.parallel.plan import AXES as PLAN_AXES
 from steps.sim import recipe as R
-from steps.sim.shapes import Shape
 
 AXES = tuple(a for a in PLAN_AXES if a != "pp")  # the simulated mesh: pipeline stages are analytic only
 
@@ -102,11 +103,6 @@ class Mesh:
 
 
 _MESHES: dict[tuple, Mesh] = {}
-
-
-def shard_axis(fsdp: int, ep: int) -> str:
-    """The comm key of the group ZeRO-3 shards the dense parameters over (analytic.comm's too)."""
-    return "dp_shard" if fsdp > 1 and ep > 1 else "ep" if ep > 1 else "fsdp"
 
 
 def mesh_for(sizes: dict) -> Mesh:

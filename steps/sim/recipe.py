@@ -20,8 +20,8 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.models.shapes import Shape
 from steps.parallel.native.parallelize import NO_MIXED_PRECISION
-from steps.sim.shapes import Shape
 
 MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 

@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 
 from steps.models.gpt import GPTConfig
+from steps.models.shapes import Shape
 from steps.parallel.plan import Plan
 from steps.sim import fakeworld as fw
 from steps.sim import recipe as R
-from steps.sim.shapes import Shape
 
 SIMULABLE = ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp")  # pipeline cells stay the sharding stage's own
 

@@ -5,9 +5,9 @@ tokens/s per GPU among those whose memory fits (steptime.predict)."""
 
 from __future__ import annotations
 
+from steps.models.shapes import Shape
 from steps.sim.cluster import Cluster
 from steps.sim.scale_plan import AC, ScalePlan
-from steps.sim.shapes import Shape
 from steps.sim.steptime import predict
 
 

@@ -20,10 +20,12 @@ memory per GPU   = the state the torch implementation holds (analytic.held_state
 
 from __future__ import annotations
 
-from steps.sim import analytic as A
+from steps.analytic.activations import activations
+from steps.analytic.comm import by_collective
+from steps.analytic.memory import BF16, FP32, GRAD_REDUCE, held_state
+from steps.models.shapes import Shape
 from steps.sim.cluster import Cluster
 from steps.sim.scale_plan import ScalePlan
-from steps.sim.shapes import Shape
 
 OVERLAPPED = ("fsdp", "dp", "dp_shard", "ep")  # axes whose collectives run beside compute (all-to-alls: never)
 
@@ -59,7 +61,7 @@ def predict(shape: Shape, plan: ScalePlan, cluster: Cluster) -> dict:
     world = plan.world
     tokens = plan.global_batch * plan.seq
     compute = executed_flops_per_token(shape, plan) * tokens / world / (cluster.mfu * cluster.peak_flops)
-    comm = A.comm(shape, plan)
+    comm = by_collective(shape, plan)
     times: dict[str, float] = {}
     for key, nbytes in comm.items():
         axis, op = key.split("/")
@@ -94,13 +96,13 @@ def predict(shape: Shape, plan: ScalePlan, cluster: Cluster) -> dict:
 
 
 def memory(shape: Shape, plan: ScalePlan) -> dict[str, float]:
-    st = A.held_state(shape, plan)
-    act = A.activations(shape, plan)
+    st = held_state(shape, plan)
+    act = activations(shape, plan)
     t = plan.axis("tp")
     layer = (shape.groups()["layers"] / shape.layers - shape.layer_replicated()) / t + shape.layer_replicated()
     layer -= shape.expert_params() / shape.layers * (1 - 1 / plan.axis("ep"))  # EP: a layer gathers its E/ep experts
-    fsdp = {3: 2 * A.BF16 + A.GRAD_REDUCE, 2: A.GRAD_REDUCE}.get(plan.zero_stage, 0.0) * layer
-    ce = A.FP32 * plan.micro_batch * plan.seq * shape.vocab / (t if shape.family == "llama" else 1)
+    fsdp = {3: 2 * BF16 + GRAD_REDUCE, 2: GRAD_REDUCE}.get(plan.zero_stage, 0.0) * layer
+    ce = FP32 * plan.micro_batch * plan.seq * shape.vocab / (t if shape.family == "llama" else 1)
     out = {"state": st["state"], "activations": act["saved"], "transient": fsdp + ce}
     out["total"] = sum(out.values())
     return out

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 
-from steps.sim import analytic as A
+from steps.analytic import activations, memory
+from steps.analytic.comm import by_collective
+from steps.models.shapes import Shape
 from steps.sim.scale_plan import ScalePlan
-from steps.sim.shapes import Shape
 
 GiB = 2**30
 
@@ -75,10 +76,10 @@ def compare(shape: Shape, plan: ScalePlan) -> tuple[dict, str, str, str]:
     sizes, recipe, ac = setup(shape, plan)
     step = fw.simulate(shape, sizes, plan.micro_batch, plan.seq, recipe)
     direct = fw.full_depth_params(shape, fw.mesh_for(sizes))
-    an_state = A.state(shape, plan)["state"]
-    held = A.held_state(shape, plan)["state"]
-    act = A.activations(shape, plan, ac=ac)
-    an_comm = sum(A.comm(shape, plan, ac=ac).values())
+    an_state = memory.state(shape, plan)["state"]
+    held = memory.held_state(shape, plan)["state"]
+    act = activations.activations(shape, plan, ac=ac)
+    an_comm = sum(by_collective(shape, plan, ac=ac).values())
     state = step.state + (step.gathered if plan.zero_stage == 2 else 0.0)  # ZeRO-2: the held bf16 copies
     comm = sum(step.comm.values())
     m = {

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from steps.parallel import analytic
+from steps.analytic import costs
 from steps.parallel.jax.specs import SPECS, remat
 from steps.parallel.plan import Plan
 
@@ -105,7 +105,7 @@ class GPTBlocksModel:
         return x
 
     def analytic(self, plan: Plan, shapes: dict) -> dict:
-        return analytic.gpt_costs(plan, shapes)
+        return costs.gpt_costs(plan, shapes)
 
     def torch_reference(self, plan: Plan):
         """The same blocks as torch modules from steps/models/gpt.py, same weights and batches."""

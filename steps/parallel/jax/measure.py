@@ -1,6 +1,6 @@
 """What a JAX cell measures: the collectives in the compiled HLO (every all-reduce / all-gather /
 reduce-scatter / collective-permute / all-to-all, its shape and replica-group size) in
-analytic.py's ring convention, the bytes each device holds, and where each slice lives."""
+steps/analytic/comm.py's ring convention, the bytes each device holds, and where each slice lives."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import jax
 import numpy as np
 
-from steps.parallel.analytic import ring_bytes
+from steps.analytic.comm import ring_bytes
 
 _DT = {"f32": 4, "f64": 8, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s64": 8, "pred": 1}
 _COLL = re.compile(

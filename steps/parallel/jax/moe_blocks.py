@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from steps.parallel import analytic
+from steps.analytic import costs
 from steps.parallel.plan import Plan
 
 EXPERT_PARAMS = ("mlp.experts.c_fc", "mlp.experts.c_proj")
@@ -88,25 +88,8 @@ class MoEBlocksModel:
         return x
 
     def analytic(self, plan: Plan, shapes: dict) -> dict:
-        """State: router + E/N experts per device. Comm per step: four all-to-alls of the (E, cap, C)
-        buffer per layer (cap = the device's B·T/N tokens) less one: the first layer's dispatch needs
-        no transpose (the input needs no gradient and the routing one-hots carry none, so XLA drops
-        it, as scratch TP skips its first copy-to); the router's gradient all-reduce and the loss's
-        pmean (one number; XLA fuses the two into one all-reduce)."""
-        g, b, n = plan.gpt, plan.bytes_per_elem, plan.axis("ep")
         router = sum(v for k, v in shapes.items() if not k.endswith(EXPERT_PARAMS))
-        experts = sum(shapes.values()) - router
-        cap = plan.batch_size // n * g["block_size"]
-        comm = 0.0
-        if n > 1:
-            buf = g["moe"]["experts"] * cap * g["n_embd"] * b
-            comm = (4 * g["n_layer"] - 1) * analytic.ring_bytes("all_to_all", buf, n)
-            comm += analytic.ring_all_reduce(router * b, n) + analytic.ring_all_reduce(b, n)
-        return {
-            "state_bytes": plan.state_tensors * (router + experts / n) * b,
-            "comm_bytes": comm,
-            "params": sum(shapes.values()),
-        }
+        return costs.gshard_moe_costs(plan, router, sum(shapes.values()) - router)
 
     def torch_reference(self, plan: Plan):
         raise NotImplementedError("jax EP cells have no torch counterpart of the dense dispatch: cross_backend: false")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jax
 
-from steps.parallel import analytic
+from steps.analytic import costs
 from steps.parallel.jax.specs import SPECS, remat
 from steps.parallel.plan import Plan
 from steps.parallel.toy_mlp_init import PARAM_NAMES, init_mlp, make_batch
@@ -41,7 +41,7 @@ class MLPModel:
         return x
 
     def analytic(self, plan: Plan, shapes: dict) -> dict:
-        return analytic.mlp_costs(plan)
+        return costs.mlp_costs(plan)
 
     def torch_reference(self, plan: Plan):
         """The same plan's single-device torch run (cross-backend parity): losses, final params."""

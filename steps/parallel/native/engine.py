@@ -10,8 +10,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 
+from steps.analytic import costs
 from steps.models.gpt import GPTLMHeadModel
-from steps.parallel import analytic, comm
+from steps.parallel import comm
 from steps.parallel.gpt_init import full_model, gpt_batch, gpt_config, param_shapes
 from steps.parallel.native.parallelize import gpt_mesh_shape, parallelize_gpt, shards_parameters
 from steps.parallel.native.pipeline import pipeline_gpt
@@ -52,7 +53,7 @@ class GPTEngine:
         return gpt_reference(self.plan, self.dtype)
 
     def analytic(self) -> dict:
-        return analytic.gpt_costs(self.plan, self.shapes, self.stage_params)
+        return costs.gpt_costs(self.plan, self.shapes, self.stage_params)
 
     def comm_mode(self, counter, world: int):
         return comm.NativeCommMode(counter, world)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from steps.parallel import analytic
+from steps.analytic import costs
 from steps.parallel.plan import Plan
 from steps.parallel.reference import mlp_reference
 from steps.parallel.scratch.dp import DataParallel
@@ -78,7 +78,7 @@ class ScratchEngine:
         return mlp_reference(self.plan, self.full, self.dtype)
 
     def analytic(self) -> dict:
-        return analytic.mlp_costs(self.plan)
+        return costs.mlp_costs(self.plan)
 
     def comm_mode(self, counter, world: int):
         """Nothing to add: every collective goes through comm.py's counted wrappers."""
