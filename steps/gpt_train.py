@@ -27,6 +27,7 @@ from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import beam_search, generate
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.hf_export import export_cell
+from steps.models.train_step import matmul_dtype
 from steps.models.training import TokenWindows, evaluate, train
 from steps.stage import Stage
 from steps.tracking import InputError, StageRun
@@ -45,7 +46,7 @@ FINGERPRINT_KEYS = (
     "weight_decay",
     "betas",
     "grad_clip",
-    "dtype",
+    "amp",
     "max_train_tokens",
     "tf32",
     "compile",
@@ -142,7 +143,7 @@ def run(ctx: StageRun) -> dict:
     model = GPTLMHeadModel(cfg).to(device)
     n_params = model.num_params()
     print(f"model: {n_params / 1e6:.2f} M non-embedding params, {len(train_data.tokens)} train tokens")
-    val0 = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+    val0 = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["amp"])
 
     tok.save_pretrained(str(ctx.out / "tokenizer"))
     extra = {
@@ -168,7 +169,7 @@ def run(ctx: StageRun) -> dict:
 
     peaks = {
         dt: peak_flops(dt, device)  # measured once, this run
-        for dt in [p["dtype"], *bench_dtypes(ctx, device)]
+        for dt in [matmul_dtype(p["amp"]), *bench_dtypes(ctx, device)]
     }
     fpt = gpt_flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
@@ -183,7 +184,7 @@ def run(ctx: StageRun) -> dict:
         "train_loss_final": state.history[-1]["train_loss"] if state.history else float("nan"),
         "tokens_per_s": tokens_s,
         "flops_per_token": fpt,
-        **mfu(tokens_s * fpt, peaks[p["dtype"]]),
+        **mfu(tokens_s * fpt, peaks[matmul_dtype(p["amp"])]),
         **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
         "train_tokens": len(train_data.tokens),
         "val_tokens": len(val_data.tokens),

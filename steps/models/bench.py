@@ -21,7 +21,7 @@ import torch
 from steps.hardware import gpt_flops_per_token, mfu, slow_matmul_reason
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.hf_convert import to_hf
-from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep
+from steps.models.train_step import StepOptions, TrainStep, amp_of
 from steps.paired import Ratio, interleave, ratio_of_pairs
 
 
@@ -92,7 +92,7 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
             rows.append({"dtype": dtype, "skipped": ctx.info["bench_skipped"][dtype]})
             print(f"bench {dtype}: skipped, {ctx.info['bench_skipped'][dtype]}")
             continue
-        opts = StepOptions.from_params(ctx.params, amp=AMP_OF_DTYPE[dtype], grad_accum=1)
+        opts = StepOptions.from_params(ctx.params, amp=amp_of(dtype), grad_accum=1)
         progress = lambda **kw: ctx.progress(desc=f"bench {dtype}: ours vs HF", **kw)  # noqa: E731
         ours_s, hf_s = paired_steps(ref, hf_ref, batch, device, opts, b, progress)
         ratio = ratio_of_pairs(ours_s, hf_s)

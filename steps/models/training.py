@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from steps.models.gpt import GPTLMHeadModel
-from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep, autocast
+from steps.models.train_step import StepOptions, TrainStep, autocast
 
 
 class TokenWindows:
@@ -46,13 +46,13 @@ def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -
 
 
 @torch.no_grad()
-def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, dtype: str) -> float:
+def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, amp: str) -> float:
     was = model.training
     model.eval()
     losses = []
     for i in range(n_batches):
         x = data.batch(batch_size, 10**9, i).to(device)  # the same validation windows every time
-        with autocast(device, AMP_OF_DTYPE[dtype]):
+        with autocast(device, amp):
             losses.append(model(x, labels=x).loss.item())
     model.train(was)
     return float(np.mean(losses))
@@ -131,7 +131,7 @@ def train(
         state.step = step + 1
         rec = {"step": state.step, "lr": lr, "train_loss": loss, "grad_norm": gnorm}
         if state.step % p["eval_interval"] == 0 or state.step == p["max_steps"]:
-            rec["val_loss"] = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+            rec["val_loss"] = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["amp"])
             rec["val_ppl"] = math.exp(rec["val_loss"])
         state.history.append(rec)
         log({k: v for k, v in rec.items() if k != "step"}, state.step)

@@ -17,7 +17,7 @@ from steps.config import ConfigError
 from steps.hardware import slow_matmul_reason
 from steps.models.fp8 import convert_to_fp8
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
-from steps.models.train_step import DTYPE_OF_AMP, StepOptions, TrainStep
+from steps.models.train_step import StepOptions, TrainStep, matmul_dtype
 from steps.perf.fused import fuse_model, triton_available
 from steps.tracking import SkipCell
 
@@ -74,7 +74,7 @@ def peak_dtype(p: dict) -> str:
     """The matmul dtype that bounds this cell: the MFU denominator is measured in it (fp8 cells
     too are quoted against the autocast dtype's peak, as torchtitan quotes its fp8 runs: the
     attention, the head and the loss stay in bf16)."""
-    return DTYPE_OF_AMP[p["amp"]]
+    return matmul_dtype(p["amp"])
 
 
 def padded_vocab(p: dict) -> int:
