@@ -116,9 +116,9 @@ def test_perf_cell_runs_the_gpt_train_step():
         micro_batches(torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]), generator=g), p) for _ in range(4)
     ]
     new = [ts.step(b)[0] for b in data]
-    old = old_gpt_train_loop(ref, data, p["lr"], p["weight_decay"], p["grad_clip"])
+    old = old_gpt_train_loop(ref, data, p.lr, p.weight_decay, p.grad_clip)
     assert_same(old, new, ref, ts.model)
-    assert old_perf_loop(old_perf, data, p["lr"], p["weight_decay"], {"fused": True}) != new
+    assert old_perf_loop(old_perf, data, p.lr, p.weight_decay, {"fused": True}) != new
 
 
 def test_reproduces_benchmark_loop_given_its_optimizer():

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable, Literal, Sequence
 
 import torch
+
+from steps.config.typed import TRAJECTORY
 
 Amp = Literal["none", "bf16", "fp16"]
 # the precision knob (`amp` in every stage's config): the dtype the matmuls run in, autocast unless none
@@ -39,12 +41,13 @@ AMP_DTYPES = {"none": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 @dataclass(frozen=True)
 class StepOptions:
     """The step's knobs and their defaults: the only declaration (the stage schemas' entries for
-    these keys must match it: tests/test_config_knobs.py)."""
+    these keys must match it: tests/test_config_knobs.py). The stages' section dataclasses
+    inherit these fields (steps/perf/config.py, steps/gpt_train.py)."""
 
-    lr: float = 3e-4
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
+    lr: float = field(default=3e-4, metadata=TRAJECTORY)
+    weight_decay: float = field(default=0.1, metadata=TRAJECTORY)
+    betas: tuple[float, float] = field(default=(0.9, 0.95), metadata=TRAJECTORY)
+    grad_clip: float = field(default=1.0, metadata=TRAJECTORY)
     grad_accum: int = 1
     amp: Amp = "none"
     tf32: bool = False
@@ -55,9 +58,9 @@ class StepOptions:
 
     @classmethod
     def from_params(cls, p: dict, **override) -> "StepOptions":
-        """The options a stage section holds (keys that are not step knobs ignored)."""
-        names = {f.name for f in fields(cls)}
-        kw = {k: p[k] for k in names if k in p}
+        """The options a stage section holds, its dict or its dataclass (other keys ignored)."""
+        section = p if isinstance(p, dict) else vars(p)
+        kw = {f.name: section[f.name] for f in fields(cls) if f.name in section}
         if "betas" in kw:
             kw["betas"] = tuple(kw["betas"])
         return cls(**{**kw, **override})
