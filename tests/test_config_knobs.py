@@ -11,7 +11,7 @@ import typing
 
 import pytest
 
-from steps.config import CONFIG_DIR, ConfigError, load_config, stage_schema
+from steps.config import CONFIG_DIR, MATRIX_KEYS, ConfigError, cell_config, cells, load_config, stage_schema
 from steps.models.gpt import GPTConfig
 from steps.models.train_step import StepOptions
 
@@ -74,3 +74,30 @@ def test_schema_entry_matches_the_dataclass(stage, key, entry, annotation, defau
 def test_the_old_precision_name_says_what_it_became():
     with pytest.raises(ConfigError, match=r"gpt_train.dtype' was renamed to gpt_train.amp.*bfloat16 -> bf16"):
         load_config(CONFIG_DIR / "default.yaml", overrides={"gpt_train": {"dtype": "bfloat16"}})
+
+
+# ---- typed sections: the stage reads its resolved section as a dataclass (steps/config/typed.py) ----------
+def section_classes():
+    from steps.models.train_config import GptTrainConfig
+    from steps.perf.config import PerfConfig
+
+    return {"perf": PerfConfig, "gpt_train": GptTrainConfig}
+
+
+@pytest.mark.parametrize("stage", ["perf", "gpt_train"])
+def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
+    cls = section_classes()[stage]
+    keys = set(stage_schema(stage)["properties"]) - set(MATRIX_KEYS)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert keys <= set(fields), f"{cls.__name__} lacks {sorted(keys - set(fields))}"
+    assert all(fields[k].default is not dataclasses.MISSING for k in set(fields) - keys), "a field outside the schema"
+
+
+@pytest.mark.parametrize("configs", [["default.yaml"], ["default.yaml", "smoke.yaml"]], ids=["default", "smoke"])
+def test_every_cell_builds_its_section_dataclass(configs):
+    """What each job of the default and smoke DAGs will read, built here before any job runs."""
+    cfg = load_config(*(CONFIG_DIR / c for c in configs))
+    for stage, cls in section_classes().items():
+        for cell in cells(cfg, stage):
+            params = cell_config(cfg, stage, cell)["params"]
+            assert StepOptions.from_params(cls.of(params)) == StepOptions.from_params(params), (stage, cell)
