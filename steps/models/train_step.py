@@ -42,7 +42,7 @@ AMP_DTYPES = {"none": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 class StepOptions:
     """The step's knobs and their defaults: the only declaration (the stage schemas' entries for
     these keys must match it: tests/test_config_knobs.py). The stages' section dataclasses
-    inherit these fields (steps/perf/config.py, steps/gpt_train.py)."""
+    inherit these fields (steps/perf/config.py, steps/models/train_config.py)."""
 
     lr: float = field(default=3e-4, metadata=TRAJECTORY)
     weight_decay: float = field(default=0.1, metadata=TRAJECTORY)
@@ -57,7 +57,7 @@ class StepOptions:
     accelerate: bool = False
 
     @classmethod
-    def from_params(cls, p: dict, **override) -> "StepOptions":
+    def from_params(cls, p, **override) -> "StepOptions":
         """The options a stage section holds, its dict or its dataclass (other keys ignored)."""
         section = p if isinstance(p, dict) else vars(p)
         kw = {f.name: section[f.name] for f in fields(cls) if f.name in section}
