@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -22,37 +23,19 @@ import torch
 from transformers import AutoTokenizer
 
 from steps.analytic.flops import flops_per_token
-from steps.config import config_hash
 from steps.hardware import mfu, peak_flops
 from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import beam_search, generate
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.hf_export import export_cell
+from steps.models.train_config import GptTrainConfig, Samples
+from steps.models.train_step import matmul_dtype
 from steps.models.training import TokenWindows, evaluate, train
 from steps.stage import Stage
 from steps.tracking import InputError, StageRun
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-
-FINGERPRINT_KEYS = (
-    "model",
-    "batch_size",
-    "grad_accum",
-    "max_steps",
-    "lr",
-    "min_lr_ratio",
-    "warmup_steps",
-    "weight_decay",
-    "betas",
-    "grad_clip",
-    "dtype",
-    "max_train_tokens",
-    "tf32",
-    "compile",
-    "compile_mode",
-    "adamw",
-)
 
 
 def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
@@ -69,7 +52,7 @@ def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
     return stream[:max_tokens] if max_tokens else stream
 
 
-def load_data(p, seed, corpus: str, tokenizer: str):
+def load_data(block_size: int, max_tokens: int | None, seed, corpus: str, tokenizer: str):
     for d in (corpus, tokenizer):
         if not Path(d).exists():
             raise InputError(f"{d} does not exist; fix: run `snakemake --cores 2 {d}` (data.smk) first")
@@ -81,18 +64,17 @@ def load_data(p, seed, corpus: str, tokenizer: str):
                 f"{corpus}: needs splits train/validation with column 'text'; "
                 f"found {dict((k, v.column_names) for k, v in dd.items())}"
             )
-    T = p["model"]["block_size"]
-    train = tokenize_split(tok, dd["train"]["text"], p["max_train_tokens"])
-    val = tokenize_split(tok, dd["validation"]["text"], p["max_train_tokens"])
-    return tok, TokenWindows(train, T, seed), TokenWindows(val, T, seed + 1)
+    train = tokenize_split(tok, dd["train"]["text"], max_tokens)
+    val = tokenize_split(tok, dd["validation"]["text"], max_tokens)
+    return tok, TokenWindows(train, block_size, seed), TokenWindows(val, block_size, seed + 1)
 
 
-def model_config(p, tok):
-    cfg = dict(p["model"])
-    cfg["vocab_size"] = cfg.get("vocab_size") or len(tok)
-    if cfg["vocab_size"] < len(tok):
-        raise InputError(f"gpt_train.model.vocab_size={cfg['vocab_size']} < tokenizer size {len(tok)}")
-    return GPTConfig(**cfg)
+def model_config(p: GptTrainConfig, tok) -> GPTConfig:
+    """The section's model with the vocabulary filled in (None = the tokenizer's size)."""
+    vocab_size = p.model.vocab_size or len(tok)
+    if vocab_size < len(tok):
+        raise InputError(f"gpt_train.model.vocab_size={vocab_size} < tokenizer size {len(tok)}")
+    return replace(p.model, vocab_size=vocab_size)
 
 
 def plot_curves(ctx, history):
@@ -106,27 +88,26 @@ def plot_curves(ctx, history):
     plt.close(fig)
 
 
-def write_samples(ctx, model, tok, device) -> None:
-    s = ctx.params["samples"]
+def write_samples(ctx, s: Samples, model, tok, device) -> None:
     g = torch.Generator().manual_seed(ctx.seed)
     lines = [f"# Samples from gpt_train:{ctx.cell}\n"]
-    for prompt in s["prompts"]:
+    for prompt in s.prompts:
         ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=device)
         ways = {
-            "greedy": generate(model, ids, s["max_new_tokens"], eos_token_id=tok.eos_token_id),
-            f"sample T={s['temperature']} top_k={s['top_k']} top_p={s['top_p']}": generate(
+            "greedy": generate(model, ids, s.max_new_tokens, eos_token_id=tok.eos_token_id),
+            f"sample T={s.temperature} top_k={s.top_k} top_p={s.top_p}": generate(
                 model,
                 ids,
-                s["max_new_tokens"],
+                s.max_new_tokens,
                 do_sample=True,
-                temperature=s["temperature"],
-                top_k=s["top_k"],
-                top_p=s["top_p"],
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
                 eos_token_id=tok.eos_token_id,
                 generator=g,
             ),
-            f"beam {s['num_beams']}": beam_search(
-                model, ids, s["num_beams"], s["max_new_tokens"], eos_token_id=tok.eos_token_id
+            f"beam {s.num_beams}": beam_search(
+                model, ids, s.num_beams, s.max_new_tokens, eos_token_id=tok.eos_token_id
             )[0],
         }
         lines.append(f"## Prompt: {prompt!r}\n")
@@ -136,18 +117,20 @@ def write_samples(ctx, model, tok, device) -> None:
 
 
 def run(ctx: StageRun) -> dict:
-    p, device = ctx.params, ctx.device
-    tok, train_data, val_data = load_data(p, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
+    p, device = GptTrainConfig.of(ctx.params), ctx.device
+    tok, train_data, val_data = load_data(
+        p.model.block_size, p.max_train_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"]
+    )
     cfg = model_config(p, tok)
     torch.manual_seed(ctx.seed)
     model = GPTLMHeadModel(cfg).to(device)
     n_params = model.num_params()
     print(f"model: {n_params / 1e6:.2f} M non-embedding params, {len(train_data.tokens)} train tokens")
-    val0 = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+    val0 = evaluate(model, val_data, p.batch_size, p.eval_batches, device, p.amp)
 
     tok.save_pretrained(str(ctx.out / "tokenizer"))
     extra = {
-        "fingerprint": config_hash({k: p[k] for k in FINGERPRINT_KEYS}),
+        "fingerprint": p.fingerprint(),
         "config": cfg.__dict__,
         "tokenizer": "tokenizer",
         "seed": ctx.seed,
@@ -162,14 +145,14 @@ def run(ctx: StageRun) -> dict:
         extra,
         log=ctx.log_metrics,
         progress=lambda it, **kw: ctx.progress(it, desc="train", **kw),
-        stop_after=p["stop_after_steps"],
+        stop_after=p.stop_after_steps,
     )
     (ctx.out / "history.json").write_text(json.dumps(state.history))
     plot_curves(ctx, state.history)
 
     peaks = {
         dt: peak_flops(dt, device)  # measured once, this run
-        for dt in [p["dtype"], *bench_dtypes(ctx, device)]
+        for dt in [matmul_dtype(p.amp), *bench_dtypes(ctx, p.bench, device)]
     }
     fpt = flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
@@ -184,16 +167,16 @@ def run(ctx: StageRun) -> dict:
         "train_loss_final": state.history[-1]["train_loss"] if state.history else float("nan"),
         "tokens_per_s": tokens_s,
         "flops_per_token": fpt,
-        **mfu(tokens_s * fpt, peaks[p["dtype"]]),
+        **mfu(tokens_s * fpt, peaks[matmul_dtype(p.amp)]),
         **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
         "train_tokens": len(train_data.tokens),
         "val_tokens": len(val_data.tokens),
     }
     print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
-    write_samples(ctx, model, tok, device)
+    write_samples(ctx, p.samples, model, tok, device)
     out.update(export_cell(ctx, model, tok))  # <cell>/hf/ + the run's MLflow model
-    if p["bench"]["enabled"]:
-        out.update(run_benchmark(ctx, cfg, peaks, device))
+    if p.bench.enabled:
+        out.update(run_benchmark(ctx, p, cfg, peaks, device))
     ctx.log_artifact(ctx.out / "history.json")
     return out
 

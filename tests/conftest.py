@@ -215,7 +215,7 @@ def stage_params(stage: str, **over) -> dict:
 TOY = {"vocab_size": 96, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32}
 
 
-def perf_params(**over) -> dict:
+def perf_section(**over) -> dict:
     """The resolved perf section of the default config with a toy model and `over` applied."""
     cfg = load_config(
         DEFAULT,
@@ -231,6 +231,13 @@ def perf_params(**over) -> dict:
         },
     )
     return cell_config(cfg, "perf", "x")["params"]
+
+
+def perf_params(**over):
+    """perf_section as the stage reads it: steps.perf.config.PerfConfig (imported here: torch)."""
+    from steps.perf.config import PerfConfig
+
+    return PerfConfig.of(perf_section(**over))
 
 
 def check_triton_path_stays_off_on_cpu() -> None:

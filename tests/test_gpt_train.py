@@ -4,6 +4,7 @@ on a tiny corpus (real MLflow), and the chat CLI on its checkpoint."""
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import torch
 from transformers import AutoTokenizer
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
+from steps.models.train_config import Bench, GptTrainConfig
 from steps.models.train_step import StepOptions, make_optimizer
 from steps.models.training import TokenWindows, lr_at, train
 from steps.paired import Ratio
@@ -40,16 +42,18 @@ def _run(tmp_path, name, stop_after=None, init_seed=0):
     cfg = GPTConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, dropout=0.1)
     model = GPTLMHeadModel(cfg)
     tokens = np.random.default_rng(0).integers(0, 50, 2000)
-    p = {
-        **stage_params("gpt_train"),
-        "batch_size": 4,
-        "grad_accum": 2,
-        "max_steps": 8,
-        "warmup_steps": 2,
-        "eval_interval": 4,
-        "eval_batches": 2,
-        "ckpt_interval": 1,
-    }
+    p = GptTrainConfig.of(
+        {
+            **stage_params("gpt_train"),
+            "batch_size": 4,
+            "grad_accum": 2,
+            "max_steps": 8,
+            "warmup_steps": 2,
+            "eval_interval": 4,
+            "eval_batches": 2,
+            "ckpt_interval": 1,
+        }
+    )
     state = train(
         model,
         TokenWindows(tokens, 16, 1),
@@ -164,7 +168,7 @@ def test_bench_ratio_is_ours_over_hf_from_interleaved_pairs():
     torch.manual_seed(0)
     small, big = GPTLMHeadModel(GPTConfig(n_layer=1, **cfg)), GPTLMHeadModel(GPTConfig(n_layer=8, **cfg))
     batch = torch.randint(0, 64, (4, 16))
-    b = {"pairs": 20, "steps_per_pair": 2, "warmup": 1}
+    b = Bench(enabled=True, dtypes=["float32"], pairs=20, steps_per_pair=2, warmup=1)
     before = [p.detach().clone() for p in small.parameters()]
     ours_s, hf_s = paired_steps(small, big, batch, torch.device("cpu"), StepOptions(), b)
     assert len(ours_s) == len(hf_s) == 20 and (ours_s > 0).all()
@@ -189,8 +193,10 @@ def test_bench_skips_dtypes_without_native_matmul(monkeypatch):
     monkeypatch.setattr(
         hardware, "native_matmul", lambda dt, device: (dt == "float32", 1.3e9 if dt != "float32" else 170e9, 170e9)
     )
-    ctx = SimpleNamespace(params={"bench": {"enabled": True, "dtypes": ["float32", "bfloat16"]}}, info={})
-    assert bench_dtypes(ctx, torch.device("cpu")) == ["float32"]
+    ctx, b = (
+        SimpleNamespace(info={}),
+        Bench(enabled=True, dtypes=["float32", "bfloat16"], pairs=2, steps_per_pair=1, warmup=0),
+    )
+    assert bench_dtypes(ctx, b, torch.device("cpu")) == ["float32"]
     assert "no native bfloat16 matmul" in ctx.info["bench_skipped"]["bfloat16"]
-    ctx.params["bench"]["enabled"] = False
-    assert bench_dtypes(ctx, torch.device("cpu")) == []
+    assert bench_dtypes(ctx, replace(b, enabled=False), torch.device("cpu")) == []

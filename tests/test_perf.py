@@ -16,7 +16,7 @@ from steps.config import ConfigError, cell_config, cells, load_config
 from steps.paired import MIN_PAIRS, ratio_of_pairs
 from steps.perf.compare import describe_change
 from steps.perf.measure import throughput
-from tests.conftest import ROOT, TOY, perf_params
+from tests.conftest import ROOT, TOY, perf_params, perf_section
 
 torch.set_num_threads(1)
 DEFAULT, SMOKE, GPU = (ROOT / "configs" / f"{n}.yaml" for n in ("default", "smoke", "gpu"))
@@ -249,8 +249,8 @@ def test_compiled_fused_kernels_match_unfused_ops():
 
 # ---- Change column ------------------------------------------------------------------------------------
 def test_change_lists_resolved_differences_only():
-    base = perf_params()
-    cell = perf_params(amp="bf16", model={**TOY, "n_layer": 3}, desc="something")
+    base = perf_section()
+    cell = perf_section(amp="bf16", model={**TOY, "n_layer": 3}, desc="something")
     assert describe_change(cell, base) == "amp=bf16, model.n_layer=3"
     assert describe_change(base, base) == ""
 

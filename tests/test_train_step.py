@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
-from steps.models.train_step import StepOptions, TrainStep, make_optimizer
+from steps.models.train_step import StepOptions, TrainStep, amp_of, make_optimizer, matmul_dtype
 from tests.conftest import TOY, perf_params
 
 torch.set_num_threads(1)
@@ -116,9 +116,9 @@ def test_perf_cell_runs_the_gpt_train_step():
         micro_batches(torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]), generator=g), p) for _ in range(4)
     ]
     new = [ts.step(b)[0] for b in data]
-    old = old_gpt_train_loop(ref, data, p["lr"], p["weight_decay"], p["grad_clip"])
+    old = old_gpt_train_loop(ref, data, p.lr, p.weight_decay, p.grad_clip)
     assert_same(old, new, ref, ts.model)
-    assert old_perf_loop(old_perf, data, p["lr"], p["weight_decay"], {"fused": True}) != new
+    assert old_perf_loop(old_perf, data, p.lr, p.weight_decay, {"fused": True}) != new
 
 
 def test_reproduces_benchmark_loop_given_its_optimizer():
@@ -188,8 +188,10 @@ def test_decay_groups_and_clipping_norm():
 
 
 def test_options_from_stage_sections():
-    o = StepOptions.from_params({"dtype": "bfloat16", "lr": 1e-3, "betas": [0.8, 0.9], "unrelated": 1})
+    o = StepOptions.from_params({"amp": "bf16", "lr": 1e-3, "betas": [0.8, 0.9], "unrelated": 1})
     assert o.amp == "bf16" and o.lr == 1e-3 and o.betas == (0.8, 0.9)
+    assert [matmul_dtype(a) for a in ("none", "bf16", "fp16")] == ["float32", "bfloat16", "float16"]
+    assert amp_of("bfloat16") == "bf16" and amp_of("float32") == "none"
     assert StepOptions.from_params({"amp": "fp16", "compile": True}).compile
 
 

@@ -125,11 +125,12 @@ def cuda_skip(params: dict, device: str) -> str:
         return ""
     import torch
 
+    from steps.perf.config import PerfConfig
     from steps.perf.step import check_device
     from steps.tracking import SkipCell
 
     try:
-        check_device(params, torch.device(device))
+        check_device(PerfConfig.of(params), torch.device(device))
     except SkipCell as exc:
         return str(exc).removeprefix("skipped: ")
     return ""

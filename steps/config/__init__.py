@@ -27,6 +27,11 @@ CONFIG_DIR = ROOT / "configs"
 
 # Keys that describe a stage's matrix, not one job: never part of a cell's resolved config.
 MATRIX_KEYS = ("cells", "select", "ladder")
+# Keys renamed since: the error names the new key and how its values map.
+RENAMED = {
+    "gpt_train.dtype": "renamed to gpt_train.amp, the precision's name in every stage "
+    "(float32 -> none, bfloat16 -> bf16, float16 -> fp16)",
+}
 
 
 def _extend_with_default(validator_class):
@@ -68,7 +73,10 @@ def _describe(error) -> str:
         extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
         where = f"{key}." if key != "<top level>" else ""
-        return f"config key '{where}{extra[0] if extra else '?'}' is unknown (allowed here: {allowed})"
+        name = f"{where}{extra[0] if extra else '?'}"
+        if name in RENAMED:
+            return f"config key '{name}' was {RENAMED[name]}"
+        return f"config key '{name}' is unknown (allowed here: {allowed})"
     if error.validator == "type":
         return (
             f"config key '{key}' must be of type {error.validator_value}, "

@@ -94,8 +94,9 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
 def load_tokens(ctx: StageRun, max_tokens: int):
     from steps.gpt_train import load_data
 
-    fake = {"model": {"block_size": ctx.params["gpt"]["block_size"]}, "max_train_tokens": max_tokens}
-    return load_data(fake, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
+    return load_data(
+        ctx.params["gpt"]["block_size"], max_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"]
+    )
 
 
 def torch_gpt(ctx: StageRun, vocab_size: int):

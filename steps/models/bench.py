@@ -22,18 +22,18 @@ from steps.analytic.flops import flops_per_token
 from steps.hardware import mfu, slow_matmul_reason
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.hf_convert import to_hf
-from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep
+from steps.models.train_config import Bench, GptTrainConfig
+from steps.models.train_step import StepOptions, TrainStep, amp_of
 from steps.paired import Ratio, interleave, ratio_of_pairs
 
 
-def bench_dtypes(ctx, device) -> list[str]:
+def bench_dtypes(ctx, b: Bench, device) -> list[str]:
     """The benchmark's dtypes this device multiplies natively; the others are named in
     info["bench_skipped"] with the probe's numbers."""
-    b = ctx.params["bench"]
-    if not b["enabled"]:
+    if not b.enabled:
         return []
     keep = []
-    for dt in b["dtypes"]:
+    for dt in b.dtypes:
         reason = slow_matmul_reason(dt, device.type)
         if reason:
             ctx.info.setdefault("bench_skipped", {})[dt] = reason
@@ -42,12 +42,12 @@ def bench_dtypes(ctx, device) -> list[str]:
     return keep
 
 
-def paired_steps(ours, hf, batch: torch.Tensor, device, opts: StepOptions, b: dict, progress=None):
+def paired_steps(ours, hf, batch: torch.Tensor, device, opts: StepOptions, b: Bench, progress=None):
     """Seconds per training step of our model and HF's (each a fresh copy under its own
-    TrainStep), interleaved over `b["pairs"]` pairs after `b["warmup"]` untimed rounds:
+    TrainStep), interleaved over `b.pairs` pairs after `b.warmup` untimed rounds:
     (ours, hf) arrays, one entry per pair."""
-    n = b["steps_per_pair"]
-    bar = progress(total=b["pairs"] + b["warmup"]) if progress else None
+    n = b.steps_per_pair
+    bar = progress(total=b.pairs + b.warmup) if progress else None
 
     def runner(model):
         ts = TrainStep(copy.deepcopy(model).to(device).train(), device, opts)
@@ -66,16 +66,16 @@ def paired_steps(ours, hf, batch: torch.Tensor, device, opts: StepOptions, b: di
         if bar is not None:
             bar.update()
 
-    a, h = interleave(run_ours_and_tick, run_hf, b["pairs"], b["warmup"], sync=ts.sync)
+    a, h = interleave(run_ours_and_tick, run_hf, b.pairs, b.warmup, sync=ts.sync)
     if bar is not None:
         bar.close()
     return np.asarray(a) / n, np.asarray(h) / n
 
 
-def run_benchmark(ctx, cfg, peaks, device) -> dict:
+def run_benchmark(ctx, p: GptTrainConfig, cfg, peaks, device) -> dict:
     """Ours vs HF GPT-2 per benchmark dtype: steps/s of each (median over the pairs), ours/HF
     with its interval, our tokens/s and MFU in the benchmark; the `benchmark` table."""
-    b = ctx.params["bench"]
+    b = p.bench
     torch.manual_seed(ctx.seed)
     ref = GPTLMHeadModel(cfg)
     try:
@@ -85,15 +85,15 @@ def run_benchmark(ctx, cfg, peaks, device) -> dict:
         return {}
     hf_ref.config._attn_implementation = "sdpa"
     gen = torch.Generator().manual_seed(ctx.seed)
-    batch = torch.randint(0, cfg.vocab_size, (ctx.params["batch_size"], cfg.block_size), generator=gen).to(device)
+    batch = torch.randint(0, cfg.vocab_size, (p.batch_size, cfg.block_size), generator=gen).to(device)
     fpt = flops_per_token(ref.num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
     out, rows = {}, []
-    for dtype in b["dtypes"]:
+    for dtype in b.dtypes:
         if dtype in ctx.info.get("bench_skipped", {}):
             rows.append({"dtype": dtype, "skipped": ctx.info["bench_skipped"][dtype]})
             print(f"bench {dtype}: skipped, {ctx.info['bench_skipped'][dtype]}")
             continue
-        opts = StepOptions.from_params(ctx.params, amp=AMP_OF_DTYPE[dtype], grad_accum=1)
+        opts = StepOptions.from_params(p, amp=amp_of(dtype), grad_accum=1)
         progress = lambda **kw: ctx.progress(desc=f"bench {dtype}: ours vs HF", **kw)  # noqa: E731
         ours_s, hf_s = paired_steps(ref, hf_ref, batch, device, opts, b, progress)
         ratio = ratio_of_pairs(ours_s, hf_s)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,9 @@ from steps.models.norms import LayerNorm, RMSNorm, make_norm
 
 @dataclass
 class GPTConfig:
+    """The model's knobs and their defaults: the only declaration (the stage schemas' entries for
+    these keys must match it: tests/test_config_knobs.py)."""
+
     vocab_size: int = 8192
     block_size: int = 128
     n_layer: int = 4
@@ -52,16 +56,16 @@ class GPTConfig:
     n_embd: int = 256
     dropout: float = 0.0
     bias: bool = True
-    pos: str = "learned"  # "learned" (GPT-2 wpe) | "rope" (rotary, NeoX layout, no wpe)
-    norm: str = "layernorm"  # "layernorm" | "rmsnorm"
-    attn: str = "sdpa"  # "sdpa" (fused) | "manual" (hand-written softmax)
-    activation: str = "gelu_new"  # "gelu_new" (tanh, GPT-2) | "gelu" (exact)
+    pos: Literal["learned", "rope"] = "learned"  # learned: GPT-2 wpe; rope: rotary, NeoX layout, no wpe
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    attn: Literal["sdpa", "manual"] = "sdpa"  # sdpa: fused; manual: hand-written softmax
+    activation: Literal["gelu_new", "gelu"] = "gelu_new"  # gelu_new: tanh, GPT-2; gelu: exact
     layer_norm_eps: float = 1e-5
     tie_weights: bool = True
     checkpoint_activations: bool = False
     fused_ce: bool = False  # training loss via chunked_ce (no logits returned); see top
     ce_chunk: int = 0  # rows per chunk of the fused loss; 0 = default_chunk_size
-    mlp: str = "gelu"  # "gelu" (GPT-2: c_proj(act(c_fc x))) | "swiglu" (Llama: c_proj(silu(c_fc2 x) * c_fc x))
+    mlp: Literal["gelu", "swiglu"] = "gelu"  # GPT-2: c_proj(act(c_fc x)); Llama: c_proj(silu(c_fc2 x) * c_fc x)
     mlp_hidden: int | None = None  # MLP width; None = 4·C (gelu) or Llama's 8/3·C rounded up to 256 (swiglu)
     n_kv_head: int | None = None  # key/value heads; None = n_head (MHA), 1 = MQA, in between = GQA
     rope_theta: float = 10000.0  # RoPE base (Llama 3: 500000)

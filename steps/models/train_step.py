@@ -26,47 +26,59 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Callable, Literal, Sequence
 
 import torch
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-# gpt_train names its precision by the dtype: the same three choices
-AMP_OF_DTYPE = {"float32": "none", "bfloat16": "bf16", "float16": "fp16"}
-DTYPE_OF_AMP = {amp: dtype for dtype, amp in AMP_OF_DTYPE.items()}
+from steps.config.typed import TRAJECTORY
+
+Amp = Literal["none", "bf16", "fp16"]
+# the precision knob (`amp` in every stage's config): the dtype the matmuls run in, autocast unless none
+AMP_DTYPES = {"none": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
 class StepOptions:
-    lr: float = 3e-4
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
+    """The step's knobs and their defaults: the only declaration (the stage schemas' entries for
+    these keys must match it: tests/test_config_knobs.py). The stages' section dataclasses
+    inherit these fields (steps/perf/config.py, steps/models/train_config.py)."""
+
+    lr: float = field(default=3e-4, metadata=TRAJECTORY)
+    weight_decay: float = field(default=0.1, metadata=TRAJECTORY)
+    betas: tuple[float, float] = field(default=(0.9, 0.95), metadata=TRAJECTORY)
+    grad_clip: float = field(default=1.0, metadata=TRAJECTORY)
     grad_accum: int = 1
-    amp: str = "none"
+    amp: Amp = "none"
     tf32: bool = False
     compile: bool = False
-    compile_mode: str = "default"
-    adamw: str = "fused"
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    adamw: Literal["default", "forloop", "foreach", "fused"] = "fused"
     accelerate: bool = False
 
     @classmethod
-    def from_params(cls, p: dict, **override) -> "StepOptions":
-        """The options a stage section holds (unknown keys ignored; `dtype` maps to `amp`)."""
-        names = {f.name for f in fields(cls)}
-        kw = {k: p[k] for k in names if k in p}
-        if "dtype" in p and "amp" not in p:
-            kw["amp"] = AMP_OF_DTYPE[p["dtype"]]
+    def from_params(cls, p, **override) -> "StepOptions":
+        """The options a stage section holds, its dict or its dataclass (other keys ignored)."""
+        section = p if isinstance(p, dict) else vars(p)
+        kw = {f.name: section[f.name] for f in fields(cls) if f.name in section}
         if "betas" in kw:
             kw["betas"] = tuple(kw["betas"])
         return cls(**{**kw, **override})
 
 
+def matmul_dtype(amp: str) -> str:
+    """The dtype name an `amp` runs its matmuls in (float32, bfloat16, float16): the MFU peak's."""
+    return str(AMP_DTYPES[amp]).removeprefix("torch.")
+
+
+def amp_of(dtype: str) -> str:
+    """The `amp` whose matmuls run in `dtype` (float32 -> none): the inverse of matmul_dtype."""
+    return next(amp for amp in AMP_DTYPES if matmul_dtype(amp) == dtype)
+
+
 def autocast(device: torch.device, amp: str):
     """torch.autocast in the option's dtype, or nothing for fp32."""
-    dtype = AMP_DTYPES[amp]
-    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+    return nullcontext() if amp == "none" else torch.autocast(device.type, dtype=AMP_DTYPES[amp])
 
 
 def make_optimizer(model: torch.nn.Module, opts: StepOptions) -> torch.optim.Optimizer:

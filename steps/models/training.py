@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from steps.models.gpt import GPTLMHeadModel
-from steps.models.train_step import AMP_OF_DTYPE, StepOptions, TrainStep, autocast
+from steps.models.train_config import GptTrainConfig
+from steps.models.train_step import StepOptions, TrainStep, autocast
 
 
 class TokenWindows:
@@ -46,13 +47,13 @@ def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -
 
 
 @torch.no_grad()
-def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, dtype: str) -> float:
+def evaluate(model, data: TokenWindows, batch_size: int, n_batches: int, device, amp: str) -> float:
     was = model.training
     model.eval()
     losses = []
     for i in range(n_batches):
         x = data.batch(batch_size, 10**9, i).to(device)  # the same validation windows every time
-        with autocast(device, AMP_OF_DTYPE[dtype]):
+        with autocast(device, amp):
             losses.append(model(x, labels=x).loss.item())
     model.train(was)
     return float(np.mean(losses))
@@ -94,7 +95,7 @@ def train(
     model: GPTLMHeadModel,
     train_data: TokenWindows,
     val_data: TokenWindows,
-    p: dict,
+    p: GptTrainConfig,
     device,
     ckpt: Path,
     extra: dict,
@@ -102,12 +103,12 @@ def train(
     progress=None,
     stop_after: int | None = None,
 ) -> TrainState:
-    """Train to p['max_steps'], resuming from `ckpt` if it exists with the same fingerprint.
+    """Train to p.max_steps, resuming from `ckpt` if it exists with the same fingerprint.
     `stop_after` ends the loop early (after its checkpoint) — the tests' stand-in for a kill."""
     ts = TrainStep(model, device, StepOptions.from_params(p))
     opt = ts.optimizer
     state = TrainState()
-    if ckpt.exists() and p["resume"]:
+    if ckpt.exists() and p.resume:
         ck = torch.load(ckpt, map_location="cpu", weights_only=False)
         if ck.get("fingerprint") == extra.get("fingerprint"):
             state, _ = load_checkpoint(ckpt, model, opt)
@@ -117,12 +118,12 @@ def train(
         else:
             print(f"{ckpt} belongs to another config: starting fresh")
     model.train()
-    steps = range(state.step, p["max_steps"])
-    bar = progress(steps, total=p["max_steps"], initial=state.step) if progress else steps
+    steps = range(state.step, p.max_steps)
+    bar = progress(steps, total=p.max_steps, initial=state.step) if progress else steps
     for step in bar:
-        lr = lr_at(step, p["lr"], p["warmup_steps"], p["max_steps"], p["min_lr_ratio"])
+        lr = lr_at(step, p.lr, p.warmup_steps, p.max_steps, p.min_lr_ratio)
         ts.set_lr(lr)
-        batches = [train_data.batch(p["batch_size"], step, m) for m in range(p["grad_accum"])]
+        batches = [train_data.batch(p.batch_size, step, m) for m in range(p.grad_accum)]
         t0 = time.perf_counter()
         loss, gnorm = ts.step(batches)
         gnorm = float(gnorm)
@@ -130,14 +131,14 @@ def train(
         state.tokens += sum(b.numel() for b in batches)
         state.step = step + 1
         rec = {"step": state.step, "lr": lr, "train_loss": loss, "grad_norm": gnorm}
-        if state.step % p["eval_interval"] == 0 or state.step == p["max_steps"]:
-            rec["val_loss"] = evaluate(model, val_data, p["batch_size"], p["eval_batches"], device, p["dtype"])
+        if state.step % p.eval_interval == 0 or state.step == p.max_steps:
+            rec["val_loss"] = evaluate(model, val_data, p.batch_size, p.eval_batches, device, p.amp)
             rec["val_ppl"] = math.exp(rec["val_loss"])
         state.history.append(rec)
         log({k: v for k, v in rec.items() if k != "step"}, state.step)
         if progress:
             bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-        if state.step % p["ckpt_interval"] == 0 or state.step == p["max_steps"]:
+        if state.step % p.ckpt_interval == 0 or state.step == p.max_steps:
             save_checkpoint(ckpt, model, opt, state, extra)
         if stop_after is not None and state.step >= stop_after:
             break

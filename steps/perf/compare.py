@@ -9,20 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from steps.config.typed import trajectory_fields
 from steps.paired import Ratio, ratio_of_pairs
+from steps.perf.config import PerfConfig
 from steps.tracking import StageRun
 
-# Keys whose change alters the data or the optimisation path: the loss is then not comparable.
-SAME_TRAJECTORY = (
-    "model",
-    "batch_size",
-    "data_batches",
-    "warmup_steps",
-    "timed_steps",
-    "lr",
-    "weight_decay",
-    "grad_clip",
-)
 NOT_A_CHANGE = ("desc", "baseline_cell")  # what the cell is called and what it is timed against
 
 
@@ -43,33 +34,34 @@ def describe_change(params: dict, base: dict) -> str:
     )
 
 
-def load_baseline(ctx: StageRun) -> dict | None:
+def load_baseline(ctx: StageRun, p: PerfConfig) -> dict | None:
     """The baseline cell's metrics.json, the rule's `baseline` input (None for the baseline itself
     or a lone manual run)."""
     path = ctx.inputs.get("baseline")
-    if ctx.cell == ctx.params["baseline_cell"] or not path:
+    if ctx.cell == p.baseline_cell or not path:
         return None
     rec = json.loads(Path(path).read_text())
     return rec if rec.get("status") == "ok" else None
 
 
-def describe_cell(ctx: StageRun) -> dict | None:
-    """Desc and Change columns (set before any skip); returns the baseline record if available."""
-    base = load_baseline(ctx)
-    ctx.info |= {"desc": ctx.params["desc"], "params": ctx.params}
-    if ctx.cell == ctx.params["baseline_cell"]:
+def describe_cell(ctx: StageRun, p: PerfConfig) -> dict | None:
+    """Desc and Change columns (set before any skip; the change between the resolved configs as
+    the job received them); returns the baseline record if available."""
+    base = load_baseline(ctx, p)
+    ctx.info |= {"desc": p.desc, "params": ctx.params}
+    if ctx.cell == p.baseline_cell:
         ctx.info["change"] = ""
     else:
         ctx.info["change"] = describe_change(ctx.params, base["info"]["params"]) if base else "(baseline not available)"
     return base
 
 
-def baseline_params(ctx: StageRun, base: dict | None) -> dict | None:
+def baseline_params(ctx: StageRun, p: PerfConfig, base: dict | None) -> PerfConfig | None:
     """The config of the step this cell is timed against: the baseline cell's (its own for the
     baseline cell: an A/A run against a second copy of itself), None without a baseline record."""
-    if ctx.cell == ctx.params["baseline_cell"]:
-        return ctx.params
-    return base["info"]["params"] if base else None
+    if ctx.cell == p.baseline_cell:
+        return p
+    return PerfConfig.of(base["info"]["params"]) if base else None
 
 
 def speed_ratio(cell_s, cell_tokens: int, base_s, base_tokens: int) -> Ratio:
@@ -78,25 +70,25 @@ def speed_ratio(cell_s, cell_tokens: int, base_s, base_tokens: int) -> Ratio:
     return ratio_of_pairs([t / cell_tokens for t in cell_s], [t / base_tokens for t in base_s])
 
 
-def compare_to_baseline(ctx: StageRun, base: dict | None, metrics: dict, ratio: Ratio | None) -> None:
+def compare_to_baseline(ctx: StageRun, p: PerfConfig, base: dict | None, metrics: dict, ratio: Ratio | None) -> None:
     """`speedup`, `speedup_low`, `speedup_high`, `speedup_pairs` (every cell, the baseline's A/A
     included) and loss drift vs the baseline cell (only when the trajectory is the same)."""
     if ratio is not None:
         metrics |= ratio.as_metrics("speedup")
         ctx.info["vs_baseline"] = ratio.verdict
-    if ctx.cell == ctx.params["baseline_cell"]:
+    if ctx.cell == p.baseline_cell:
         metrics["loss_drift"] = 0.0
         ctx.info["vs_baseline"] = f"A/A noise check: {ratio.verdict}" if ratio else ""
         return
     if base is None:
         ctx.info["vs_baseline"] = "baseline not available"
         return
-    bp = base["info"]["params"]
-    if ratio is not None and bp["baseline_cell"] != ctx.params["baseline_cell"]:
+    bp = PerfConfig.of(base["info"]["params"])
+    if ratio is not None and bp.baseline_cell != p.baseline_cell:
         # timed against a cell that is itself a change (fused softmax vs manual attention): say
         # which, so the headline (× the fp32 eager baseline) leaves it out
-        ctx.info["vs_baseline"] = f"vs {ctx.params['baseline_cell']}: {ratio.verdict}"
-    if all(flat({k: ctx.params[k]}) == flat({k: bp[k]}) for k in SAME_TRAJECTORY):
+        ctx.info["vs_baseline"] = f"vs {p.baseline_cell}: {ratio.verdict}"
+    if all(getattr(p, k) == getattr(bp, k) for k in trajectory_fields(PerfConfig)):
         metrics["loss_drift"] = metrics["loss"] - base["metrics"]["loss"]
     else:
         ctx.info["drift_note"] = "different batches or schedule: loss not comparable"

@@ -14,6 +14,7 @@ from steps import hardware
 from steps.analytic.flops import flops_per_token
 from steps.models.train_step import set_tf32
 from steps.paired import interleave
+from steps.perf.config import PerfConfig
 from steps.perf.footprint import PeakMemory
 from steps.perf.step import micro_batches, synthetic_batches
 from steps.perf.timeline import Timeline
@@ -26,10 +27,10 @@ class Stepper:
     """One training step and its batch pool as a callable: each call runs the next batch's step
     (TF32 set to the step's own mode first: the baseline and the cell share the process)."""
 
-    def __init__(self, ts, p: dict, seed: int):
+    def __init__(self, ts, p: PerfConfig, seed: int):
         self.ts, self.i, self.losses = ts, 0, []
         self.batches = [micro_batches(x, p) for x in synthetic_batches(p, seed, ts.device)]
-        self.tokens = p["batch_size"] * p["model"]["block_size"]
+        self.tokens = p.batch_size * p.model.block_size
 
     def __call__(self, step=None) -> float:
         """One step (`step(ts, batch) -> (seconds, loss)` instead of the plain step: the timeline's
@@ -46,11 +47,11 @@ class Stepper:
         return self(lambda ts, x: ts.timed_step(x))
 
 
-def warm_up(ctx: StageRun, cell: Stepper, timeline: Timeline | None) -> tuple[list, dict]:
+def warm_up(ctx: StageRun, p: PerfConfig, cell: Stepper, timeline: Timeline | None) -> tuple[list, dict]:
     """The cell's warm-up steps: their times, and the peak memory of the last one (before the
     baseline's step exists in this process; the timed steps run with the CPU allocator reusing
     freed blocks, where RSS no longer follows tensor bytes)."""
-    n = ctx.params["warmup_steps"]
+    n = p.warmup_steps
     peak_mem, times = PeakMemory(cell.ts.device), []
     for i in ctx.progress(range(n), total=n, desc=f"perf:{ctx.cell} warm-up"):
         if i == n - 1:
@@ -60,10 +61,10 @@ def warm_up(ctx: StageRun, cell: Stepper, timeline: Timeline | None) -> tuple[li
     return times, peak_mem.read()
 
 
-def timed_pairs(ctx: StageRun, cell: Stepper, base: Stepper) -> tuple[np.ndarray, np.ndarray]:
+def timed_pairs(ctx: StageRun, p: PerfConfig, cell: Stepper, base: Stepper) -> tuple[np.ndarray, np.ndarray]:
     """`timed_steps` pairs of (cell step, baseline step), interleaved A B / B A after the
     baseline's own warm-up: the durations of each, in seconds."""
-    n = ctx.params["timed_steps"]
+    n = p.timed_steps
     for _ in range(BASELINE_WARMUP):  # as the cell's warm-up: its AdamW state allocated the same way
         base()
     with ExitStack() as stack:

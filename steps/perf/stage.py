@@ -30,6 +30,7 @@ from steps.models.train_step import set_tf32
 from steps.paired import Ratio
 from steps.perf import memory
 from steps.perf.compare import baseline_params, compare_to_baseline, describe_cell, speed_ratio
+from steps.perf.config import PerfConfig
 from steps.perf.footprint import memory_metrics, memory_table
 from steps.perf.measure import Stepper, throughput, timed_pairs, warm_up
 from steps.perf.memory import MiB
@@ -38,17 +39,19 @@ from steps.perf.timeline import Timeline, check_timeline
 from steps.tracking import StageRun
 
 
-def timed_against_baseline(ctx: StageRun, cell: Stepper, bp: dict | None) -> tuple[np.ndarray, Ratio | None, dict]:
+def timed_against_baseline(
+    ctx: StageRun, p: PerfConfig, cell: Stepper, bp: PerfConfig | None
+) -> tuple[np.ndarray, Ratio | None, dict]:
     """The cell's timed steps, each paired with a step of the baseline built here from its config
     `bp` (same seed, its own batch pool): (cell step seconds, × baseline, the baseline's
     tokens/s in this process). Without a baseline config the cell is timed alone."""
     if bp is None:
         ctx.info["speedup_note"] = "no baseline record: timed alone"
-        n = ctx.params["timed_steps"]
+        n = p.timed_steps
         return np.array([cell.timed() for _ in ctx.progress(range(n), desc=f"perf:{ctx.cell}")]), None, {}
     torch.manual_seed(ctx.seed)
     baseline = Stepper(build_step(bp, ctx.device)[0], bp, ctx.seed)
-    times, base_times = timed_pairs(ctx, cell, baseline)
+    times, base_times = timed_pairs(ctx, p, cell, baseline)
     ratio = speed_ratio(times, cell.tokens, base_times, baseline.tokens)
     pairs = {"cell_s": times, "baseline_s": base_times, "cell_first": np.arange(len(times)) % 2 == 0}
     ctx.log_table(pd.DataFrame({**pairs, "cell_tokens": cell.tokens, "baseline_tokens": baseline.tokens}), "pairs")
@@ -56,21 +59,21 @@ def timed_against_baseline(ctx: StageRun, cell: Stepper, bp: dict | None) -> tup
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
-    base = describe_cell(ctx)
+    p = PerfConfig.of(ctx.params)
+    base = describe_cell(ctx, p)
     device = ctx.device
     ctx.info |= {"device": device.type, "peak_dtype": peak_dtype(p)}
     check_device(p, device)
     check_native_amp(p, device)
-    is_timeline = ctx.cell == p["timeline_cell"]
+    is_timeline = ctx.cell == p.timeline_cell
     if is_timeline:
         check_timeline(p)
-    set_tf32(p["tf32"], device)  # the peak must be measured in the mode the cell runs in
-    peaks = hardware.peak_flops(peak_dtype(p), device, n=p["peak_matmul_size"])
+    set_tf32(p.tf32, device)  # the peak must be measured in the mode the cell runs in
+    peaks = hardware.peak_flops(peak_dtype(p), device, n=p.peak_matmul_size)
     ctx.info["published_peak"] = peaks["published_name"]
     micro = micro_batch(p)
     analytic = step_memory(
-        gpt_config(p), micro, p["amp"], p["checkpoint_activations"], p["attn"], grad_accum=p["grad_accum"]
+        gpt_config(p), micro, p.amp, p.checkpoint_activations, p.attn, grad_accum=p.grad_accum
     )
 
     timeline = Timeline(device, analytic) if is_timeline else None
@@ -79,16 +82,16 @@ def run(ctx: StageRun) -> dict:
     if timeline:
         timeline.attach(ts)
     cell = Stepper(ts, p, ctx.seed)
-    warm_times, mem_peak = warm_up(ctx, cell, timeline)
-    times, ratio, base_tps = timed_against_baseline(ctx, cell, baseline_params(ctx, base))
+    warm_times, mem_peak = warm_up(ctx, p, cell, timeline)
+    times, ratio, base_tps = timed_against_baseline(ctx, p, cell, baseline_params(ctx, p, base))
     for i, (dt, loss) in enumerate(zip([*warm_times, *times], cell.losses)):
         ctx.log_metrics({"train_loss": loss, "step_time_ms": dt * 1e3}, step=i)
     metrics = throughput(ts, cell.tokens, times, peaks)
     metrics |= {"first_step_s": warm_times[0], "loss": cell.losses[-1], **mem_peak, **base_tps}
-    compare_to_baseline(ctx, base, metrics, ratio)
+    compare_to_baseline(ctx, p, base, metrics, ratio)
     ctx.info["fused_modules"] = fused
 
-    mt = memory_table(ts, micro, analytic, mem_peak["peak_mem_mib"] * MiB, p["compile"])
+    mt = memory_table(ts, micro, analytic, mem_peak["peak_mem_mib"] * MiB, p.compile)
     ctx.log_table(mt, "memory")
     metrics |= memory_metrics(mt, analytic)
     if timeline:

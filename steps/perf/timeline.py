@@ -9,6 +9,7 @@ import torch
 
 from steps.analytic.memory import timeline_bytes
 from steps.config import ConfigError
+from steps.perf.config import PerfConfig
 from steps.perf.memory import MemoryProbe, SavedTensorMeter
 
 
@@ -64,10 +65,10 @@ def warm_lazy_imports(device) -> None:
     opt.step()
 
 
-def check_timeline(p: dict) -> None:
-    if p["compile"]:
+def check_timeline(p: PerfConfig) -> None:
+    if p.compile:
         raise ConfigError("perf.timeline_cell must be an eager cell (hooks do not fire in compiled code)")
-    if p["warmup_steps"] <= Timeline.iterations:
+    if p.warmup_steps <= Timeline.iterations:
         raise ConfigError(
             f"perf.warmup_steps must exceed the {Timeline.iterations} instrumented "
             "timeline steps: the timed steps must follow a plain warm-up step"

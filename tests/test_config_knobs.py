@@ -1,0 +1,103 @@
+"""One declaration per knob: StepOptions (steps/models/train_step.py) and GPTConfig
+(steps/models/gpt.py) declare the step's and the model's knobs, their types, choices and
+defaults; every stage schema entry for one of those keys must say the same (type, enum,
+default), so a knob has one default whichever stage runs the step."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+
+import pytest
+
+from steps.config import CONFIG_DIR, MATRIX_KEYS, ConfigError, cell_config, cells, load_config, stage_schema
+from steps.models.gpt import GPTConfig
+from steps.models.train_step import StepOptions
+
+# (stage, path of the sub-section in its schema, the dataclass whose fields it holds)
+SECTIONS = [
+    ("gpt_train", (), StepOptions),
+    ("perf", (), StepOptions),
+    ("gpt_train", ("model",), GPTConfig),
+    ("perf", ("model",), GPTConfig),
+    ("perf", (), GPTConfig),  # perf keeps attn and checkpoint_activations beside the step knobs
+]
+# a stage default that differs from the dataclass's on purpose: (stage, key) -> why
+STAGE_DEFAULTS = {("gpt_train", "model.vocab_size"): "null = the tokenizer's size"}
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", tuple: "array", dict: "object"}
+
+
+def json_schema_of(annotation) -> dict:
+    """{type[, enum]} of a dataclass field's annotation, as the schema writes it."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:
+        return {"type": JSON_TYPES[type(args[0])], "enum": list(args)}
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [json_schema_of(a)["type"] for a in args if a is not type(None)]
+        return {"type": [*inner, "null"]}
+    return {"type": JSON_TYPES[typing.get_origin(annotation) or annotation]}
+
+
+def knob_entries():
+    for stage, path, cls in SECTIONS:
+        props = stage_schema(stage)
+        for key in path:
+            props = props["properties"][key]
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in props["properties"]:
+                yield stage, ".".join([*path, f.name]), props["properties"][f.name], hints[f.name], f.default
+
+
+ENTRIES = list(knob_entries())
+
+
+def test_the_stages_declare_the_step_and_model_knobs():
+    keys = {(stage, key) for stage, key, *_ in ENTRIES}
+    assert {("gpt_train", "adamw"), ("perf", "adamw"), ("gpt_train", "amp"), ("perf", "amp")} <= keys
+    assert {("gpt_train", "model.n_embd"), ("perf", "model.n_embd"), ("perf", "attn")} <= keys
+
+
+@pytest.mark.parametrize("stage,key,entry,annotation,default", ENTRIES, ids=[f"{e[0]}.{e[1]}" for e in ENTRIES])
+def test_schema_entry_matches_the_dataclass(stage, key, entry, annotation, default):
+    want = json_schema_of(annotation)
+    if (stage, key) in STAGE_DEFAULTS:
+        assert entry["default"] != default, f"{stage}.{key} now matches the dataclass: drop it from STAGE_DEFAULTS"
+        return
+    default = list(default) if isinstance(default, tuple) else default
+    assert entry.get("default") == default, f"workflow/schemas/{stage}.schema.yaml: {key} default"
+    assert entry["type"] == want["type"], f"workflow/schemas/{stage}.schema.yaml: {key} type"
+    assert entry.get("enum") == want.get("enum"), f"workflow/schemas/{stage}.schema.yaml: {key} choices"
+
+
+def test_the_old_precision_name_says_what_it_became():
+    with pytest.raises(ConfigError, match=r"gpt_train.dtype' was renamed to gpt_train.amp.*bfloat16 -> bf16"):
+        load_config(CONFIG_DIR / "default.yaml", overrides={"gpt_train": {"dtype": "bfloat16"}})
+
+
+# ---- typed sections: the stage reads its resolved section as a dataclass (steps/config/typed.py) ----------
+def section_classes():
+    from steps.models.train_config import GptTrainConfig
+    from steps.perf.config import PerfConfig
+
+    return {"perf": PerfConfig, "gpt_train": GptTrainConfig}
+
+
+@pytest.mark.parametrize("stage", ["perf", "gpt_train"])
+def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
+    cls = section_classes()[stage]
+    keys = set(stage_schema(stage)["properties"]) - set(MATRIX_KEYS)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    assert keys <= set(fields), f"{cls.__name__} lacks {sorted(keys - set(fields))}"
+    assert all(fields[k].default is not dataclasses.MISSING for k in set(fields) - keys), "a field outside the schema"
+
+
+@pytest.mark.parametrize("configs", [["default.yaml"], ["default.yaml", "smoke.yaml"]], ids=["default", "smoke"])
+def test_every_cell_builds_its_section_dataclass(configs):
+    """What each job of the default and smoke DAGs will read, built here before any job runs."""
+    cfg = load_config(*(CONFIG_DIR / c for c in configs))
+    for stage, cls in section_classes().items():
+        for cell in cells(cfg, stage):
+            params = cell_config(cfg, stage, cell)["params"]
+            assert StepOptions.from_params(cls.of(params)) == StepOptions.from_params(params), (stage, cell)
