@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from steps.stage import load
+from steps.core.stage import load
 from steps.tracking import store
 
 ID_COLUMNS = ["cell", "status", "start", "run"]

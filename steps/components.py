@@ -13,9 +13,8 @@ import importlib
 
 import pandas as pd
 
+from steps.core import Stage, StageRun
 from steps.models.checks import parity_rows
-from steps.stage import Stage
-from steps.tracking import StageRun
 
 
 def run(ctx: StageRun) -> dict:

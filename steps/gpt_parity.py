@@ -22,11 +22,10 @@ import pandas as pd
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
+from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
 from steps.models.parity import compare
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell, StageRun
 
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 HF_MODELS = {  # hf_model -> (config class, model class, config defaults under the cell's hf_config)

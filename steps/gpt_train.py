@@ -22,14 +22,13 @@ import torch
 from transformers import AutoTokenizer
 
 from steps.config import config_hash
+from steps.core import InputError, Stage, StageRun
 from steps.hardware import gpt_flops_per_token, mfu, peak_flops
 from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import beam_search, generate
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.hf_export import export_cell
 from steps.models.training import TokenWindows, evaluate, train
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend

@@ -8,6 +8,7 @@ the best checkpoint under <out>/best, a Kaggle submission.csv, training examples
 
 from __future__ import annotations
 
+from steps.core import Stage, StageRun
 from steps.hardware import matmul_peak_flops
 from steps.mcq import data
 from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validation_scores, write_submission
@@ -23,8 +24,6 @@ from steps.mcq.train import (
     to_datasets,
     training_args,
 )
-from steps.stage import Stage
-from steps.tracking import StageRun
 
 
 def run(ctx: StageRun) -> dict:

@@ -10,9 +10,8 @@ import random
 import datasets
 import pandas as pd
 
+from steps.core import InputError, Stage, StageRun
 from steps.data.text import load_documents
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
 
 
 def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[str, list[dict]]:

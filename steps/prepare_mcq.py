@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.core import InputError, Stage, StageRun
 from steps.mcq import data
 from steps.mcq.elements import generate
 from steps.mcq.hf_sources import load_hub
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
 
 
 def build(params: dict, seed: int) -> dict[str, pd.DataFrame]:

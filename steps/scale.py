@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from steps.core import InputError, Stage
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster
 from steps.sim.plan import PlanError, ScalePlan
@@ -23,8 +24,6 @@ from steps.sim.search import best_plan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import predict
 from steps.sim.versus import compare, simulable
-from steps.stage import Stage
-from steps.tracking import InputError
 
 GiB = 2**30
 

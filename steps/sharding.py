@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import statistics
 
+from steps.core import InputError, SkipCell, Stage
+from steps.core.job import split_metrics
 from steps.parallel import engines, links, nodes, parity
 from steps.parallel import launch as launcher
 from steps.parallel.plan import Plan, PlanError
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell
-from steps.tracking.job import split_metrics
 
 
 def summarize(plan, ranks: list[dict]) -> dict:

@@ -10,8 +10,7 @@ import datasets
 from tokenizers import ByteLevelBPETokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
+from steps.core import InputError, Stage, StageRun
 
 EOS = "<|endoftext|>"
 

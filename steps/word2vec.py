@@ -18,8 +18,7 @@ import time
 
 from gensim.test.utils import datapath
 
-from steps.stage import Stage
-from steps.tracking import StageRun
+from steps.core import Stage, StageRun
 from steps.w2v.corpus import encode_corpus
 from steps.w2v.evaluate import ANALOGIES, evaluate, keyed_vectors
 from steps.w2v.figures import seed_scores_figure

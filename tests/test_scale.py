@@ -9,13 +9,13 @@ import json
 import pytest
 
 from steps.config import cell_config, load_config
+from steps.core import InputError
 from steps.sim import analytic as A
 from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
 from steps.sim.plan import PlanError, ScalePlan
 from steps.sim.shapes import Shape
 from steps.sim.steptime import memory, predict
-from steps.tracking import InputError
 from tests.conftest import DEFAULT, run_stage
 
 TINY = {

@@ -125,8 +125,8 @@ def cuda_skip(params: dict, device: str) -> str:
         return ""
     import torch
 
+    from steps.core import SkipCell
     from steps.perf.step import check_device
-    from steps.tracking import SkipCell
 
     try:
         check_device(params, torch.device(device))

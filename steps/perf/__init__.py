@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from steps.stage import Stage
+from steps.core import Stage
 
 
 def run(ctx):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from steps.core import StageRun
 from steps.paired import Ratio, ratio_of_pairs
-from steps.tracking import StageRun
 
 # Keys whose change alters the data or the optimisation path: the loss is then not comparable.
 SAME_TRAJECTORY = (

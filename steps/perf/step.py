@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import torch
 
 from steps.config import ConfigError
+from steps.core import SkipCell
 from steps.hardware import slow_matmul_reason
 from steps.models.fp8 import convert_to_fp8
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.train_step import DTYPE_OF_AMP, StepOptions, TrainStep
 from steps.perf.fused import fuse_model, triton_available
-from steps.tracking import SkipCell
 
 MODEL_KEYS = (
     "vocab_size",

@@ -6,7 +6,7 @@ back from MLflow (`mlflow.search_runs`), so the report shows what the tracking s
 every row links to its run. Declared cells that are missing, skipped or failed appear with their
 reason; `<stage>.select` (or `--config`) narrows the tables with the matrix.
 
-Each stage's section is shaped by its Stage object (steps/stage.py: columns, derived, headline,
+Each stage's section is shaped by its Stage object (steps/core/stage.py: columns, derived, headline,
 curves, tables, figures), read from the stage's own module.
 
   gather.py   records, MLflow runs, one table per stage
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.core import StageRun
+from steps.core.stage import Stage, load
 from steps.report.gather import fetch_runs, headline, load_cell, logged_tables, stage_table
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
-from steps.stage import Stage, load
-from steps.tracking import StageRun, store
+from steps.tracking import store
 
 
 def cell_folders(ctx: StageRun, stages: dict[str, list[str]]) -> dict[str, dict[str, Path]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from steps.stage import Stage
+from steps.core import Stage
 from steps.tables import fmt
 
 

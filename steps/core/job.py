@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from steps.config import ConfigError
-from steps.tracking.cli import parse_args
+from steps.core.cli import parse_args
+from steps.core.errors import InputError, SkipCell
+from steps.core.run import StageRun
 from steps.tracking.describe import cell_note, stage_description
-from steps.tracking.errors import InputError, SkipCell
+from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
-from steps.tracking.run import StageRun
 
 if TYPE_CHECKING:
-    from steps.stage import Stage
+    from steps.core.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -57,14 +58,18 @@ def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
         "note": cell_note(name, cell, args.cfg.get("overrides"), params),
         "params_shown": stage.params_used(params) if stage.params_used else params,
     }
+    uri = (common.get("tracking") or {}).get("uri")
+
+    def open_run(config_hash: str, seed: int) -> MlflowRun:
+        return MlflowRun(uri, name, cell, config_hash, seed, enabled=args.mlflow)
+
     ctx = StageRun(
         name,
         cell,
         params,
         common,
         args.out,
-        (common.get("tracking") or {}).get("uri"),
-        log_to_mlflow=args.mlflow,
+        open_run,
         inputs=args.inputs,
         outputs=args.outputs,
         about=about,
