@@ -11,18 +11,15 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
 from steps.core.run import StageRun
+from steps.core.stage import Stage
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
-
-if TYPE_CHECKING:
-    from steps.core.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -46,7 +43,7 @@ def _on_sigterm(signum, frame):
     raise SystemExit(f"killed by signal {signum}")
 
 
-def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
+def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)

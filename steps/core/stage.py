@@ -43,7 +43,6 @@ import importlib
 from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Sequence
 
-from steps.core.job import run_job
 from steps.core.run import StageRun
 
 COLUMN_KINDS = ("metrics", "info", "params")
@@ -106,6 +105,8 @@ class Stage(Presentation):
 
     def main(self, argv: list[str] | None = None) -> None:
         """`python -m steps.<stage> --cfg JSON --output metrics=PATH [--input NAME=PATH ...]`."""
+        from steps.core.job import run_job  # the runner imports this module, not the other way round
+
         run_job(self, argv)
 
 
