@@ -1,6 +1,7 @@
 """MLflow, and only MLflow: the store, each job's run, the lab run, what the UI shows. The job
-runner (steps/core/job.py) opens a job's run here and hands it to its StageRun; stage entry points,
-the report and `python -m steps.ui` import this package, library packages never do.
+runner (steps/core/job.py) opens a job's run here and hands it to its StageRun. Only it, the stage
+modules, the report, and the command lines that read a store (steps.ui, steps.compare,
+steps.campaign) import this package; library packages never do (tests/test_layers.py).
 
 mlflow_run.py   the MLflow run of one job: tags, params, buffered metrics, status
 store.py        the tracking store (SQLite lock, retries, one experiment per stage)
