@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from steps.stage import load
+from steps.core.stage import presentation
 from steps.tracking import store
 
 ID_COLUMNS = ["cell", "status", "start", "run"]
@@ -102,9 +102,9 @@ def key_metrics(stage: str, requested: list[str] | None = None) -> dict[str, str
         return {k.removeprefix("metrics."): f"metrics.{k.removeprefix('metrics.')}" for k in requested}
 
     try:
-        columns = load(stage).columns
+        columns = presentation(stage).columns
     except (ImportError, LookupError) as exc:
-        print(f"({stage}: no Stage object to name its key metrics ({exc}); showing wall time only)")
+        print(f"({stage}: no presentation to name its key metrics ({exc}); showing wall time only)")
         return {"wall time s": "metrics.wall_time_s"}
     return {title: ref for title, ref in columns.items() if ref.startswith("metrics.")}
 

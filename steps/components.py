@@ -13,9 +13,9 @@ import importlib
 
 import pandas as pd
 
+from steps.core import Stage, StageRun
 from steps.models.checks import parity_rows
-from steps.stage import Stage
-from steps.tracking import StageRun
+from steps.presentation.components import SHOWN
 
 
 def run(ctx: StageRun) -> dict:
@@ -38,18 +38,7 @@ def run(ctx: StageRun) -> dict:
     }
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "checks": "metrics.n_checks",
-        "passed": "metrics.n_pass",
-        "all pass": "metrics.all_pass",
-        "worst err / tol": "metrics.worst_err_over_tol",
-    },
-    headline=("worst error ÷ tolerance over all checks", "worst err / tol", "max"),
-    tables=["parity"],
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

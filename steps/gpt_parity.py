@@ -22,11 +22,11 @@ import pandas as pd
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
+from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
 from steps.models.parity import compare
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell, StageRun
+from steps.presentation.gpt_parity import SHOWN
 
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 HF_MODELS = {  # hf_model -> (config class, model class, config defaults under the cell's hf_config)
@@ -132,20 +132,7 @@ def run(ctx: StageRun) -> dict:
     return out
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "model": "info.model",
-        "params": "metrics.n_params",
-        "fp64 worst fwd err": "metrics.float64_forward_max_err",
-        "fp64 worst grad err": "metrics.float64_gradient_max_err",
-        "fp32 logits err": "metrics.float32_logits_err",
-        "greedy == HF": "metrics.greedy_match",
-        "all pass": "metrics.all_pass",
-    },
-    headline=("worst fp64 gradient error vs HF (GPT-2, Llama, Mixtral)", "fp64 worst grad err", "max"),
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -23,6 +23,7 @@ import torch
 from transformers import AutoTokenizer
 
 from steps.analytic.flops import flops_per_token
+from steps.core import InputError, Stage, StageRun
 from steps.hardware import mfu, peak_flops
 from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import beam_search, generate
@@ -31,8 +32,7 @@ from steps.models.hf_export import export_cell
 from steps.models.train_config import GptTrainConfig, Samples
 from steps.models.train_step import matmul_dtype
 from steps.models.training import TokenWindows, evaluate, train
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
+from steps.presentation.gpt_train import SHOWN
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
@@ -181,27 +181,7 @@ def run(ctx: StageRun) -> dict:
     return out
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "params (non-emb)": "metrics.n_params_non_embedding",
-        "steps": "metrics.steps",
-        "val loss start": "metrics.val_loss_initial",
-        "val loss end": "metrics.val_loss_final",
-        "val ppl": "metrics.val_ppl_final",
-        "tokens/s": "metrics.tokens_per_s",
-        "MFU": "metrics.mfu",
-        "MFU (published peak)": "metrics.mfu_published",
-        # "1.01x [0.97, 1.05] (20 pairs, no difference)": interleaved, 95 % interval
-        "ours/HF fp32": "info.bench_float32_ours_vs_hf",
-        "ours/HF bf16": "info.bench_bfloat16_ours_vs_hf",
-        "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
-    },
-    headline=("validation loss after training", "val loss end", "min"),
-    curves=["train_loss", "val_loss"],
-    tables=["benchmark"],
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -8,6 +8,7 @@ the best checkpoint under <out>/best, a Kaggle submission.csv, training examples
 
 from __future__ import annotations
 
+from steps.core import Stage, StageRun
 from steps.hardware import matmul_peak_flops
 from steps.mcq import data
 from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validation_scores, write_submission
@@ -23,8 +24,7 @@ from steps.mcq.train import (
     to_datasets,
     training_args,
 )
-from steps.stage import Stage
-from steps.tracking import StageRun
+from steps.presentation.mcq_finetune import SHOWN
 
 
 def run(ctx: StageRun) -> dict:
@@ -90,26 +90,7 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "backbone": "info.backbone",
-        "context": "info.context",
-        "mode": "info.mode",
-        "MAP@3": "metrics.test_map3",
-        "MAP@3 (CI)": "info.test_map3_ci",
-        "accuracy": "metrics.test_accuracy",
-        "test questions": "metrics.test_questions",
-        "train examples/s": "metrics.train_examples_per_s",
-        "MFU": "metrics.mfu",
-        "wall time (s)": "metrics.wall_time_s",
-    },
-    headline=("best test MAP@3 (chance 0.367)", "MAP@3", "max"),
-    headline_of=("test questions", "test questions"),
-    curves=["loss"],  # validation MAP@3 is evaluated once an epoch: a point, not a curve, at 1 epoch
-    tables=["test_by_template"],
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -10,9 +10,9 @@ import random
 import datasets
 import pandas as pd
 
+from steps.core import InputError, Stage, StageRun
 from steps.data.text import load_documents
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
+from steps.presentation.prepare_corpus import SHOWN
 
 
 def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[str, list[dict]]:
@@ -48,19 +48,7 @@ def run(ctx: StageRun) -> dict:
     return {**stats, "characters": stats["train_characters"] + stats["validation_characters"]}
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "source": "info.source",
-        "train docs": "metrics.train_documents",
-        "val docs": "metrics.validation_documents",
-        "train words": "metrics.train_words",
-        "val words": "metrics.validation_words",
-        "characters": "metrics.characters",
-    },
-    headline=("words in the train split", "train words", "max"),
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

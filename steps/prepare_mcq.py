@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.core import InputError, Stage, StageRun
 from steps.mcq import data
 from steps.mcq.elements import generate
 from steps.mcq.hf_sources import load_hub
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
+from steps.presentation.prepare_mcq import SHOWN
 
 
 def build(params: dict, seed: int) -> dict[str, pd.DataFrame]:
@@ -86,21 +86,7 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "source": "info.source",
-        "questions": "metrics.questions",
-        "train": "metrics.n_train",
-        "validation": "metrics.n_validation",
-        "test": "metrics.n_test",
-        "templates": "metrics.n_templates",
-        "answer balance (max/min letter)": "metrics.answer_balance",
-    },
-    headline=("distinct questions", "questions", "max"),
-    tables=["questions_per_template"],
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

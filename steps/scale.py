@@ -19,15 +19,15 @@ import math
 from steps.analytic.activations import activations
 from steps.analytic.comm import by_collective
 from steps.analytic.memory import held_state, state
+from steps.core import InputError, Stage
 from steps.models.shapes import Shape
 from steps.parallel.plan import PlanError
+from steps.presentation.scale import SHOWN
 from steps.sim.cluster import Cluster
 from steps.sim.scale_plan import ScalePlan
 from steps.sim.search import best_plan
 from steps.sim.steptime import predict
 from steps.sim.versus import compare, simulable
-from steps.stage import Stage
-from steps.tracking import InputError
 
 GiB = 2**30
 
@@ -187,46 +187,7 @@ def ours_cell(ctx, p: dict) -> dict:
             "comm_ratio_gloo": worst["comm_ratio"]}  # fmt: skip
 
 
-def report_figures(table, out_dir, folders):
-    from steps.sim.figures import world_curves  # report-side only (matplotlib)
-
-    return world_curves(table, out_dir)
-
-
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "model": "info.model",
-        "cluster": "info.cluster",
-        "plan": "info.plan",
-        "mesh": "info.mesh",
-        "world": "metrics.world",
-        "batch/rank (seqs × seq)": "info.batch",
-        "memory/GPU simulated vs analytic": "info.memory",
-        "state sim÷Playbook": "metrics.state_ratio",
-        "state sim÷predicted": "metrics.state_ratio_held",
-        "saved sim÷op count (AC as simulated)": "metrics.saved_ratio",
-        "saved/layer sim÷Playbook (AC as simulated)": "metrics.saved_layer_ratio_playbook",
-        "comm/step simulated vs analytic (GiB)": "info.comm",
-        "comm sim÷analytic": "metrics.comm_ratio",
-        "EP all-to-all/step (s, exposed)": "metrics.all_to_all_s",
-        "comm/step, the plan with its AC (GiB, analytic)": "metrics.comm_gib_analytic",
-        "state sim÷gloo": "metrics.state_ratio_gloo",
-        "comm sim÷gloo": "metrics.comm_ratio_gloo",
-        "tokens/s/GPU predicted": "metrics.tokens_per_s_gpu",
-        "MFU": "metrics.mfu",
-        "published tokens/s/GPU": "metrics.published_tokens_per_s_gpu",
-        "tokens/s predicted÷published": "metrics.published_ratio",
-        "memory/GPU (GiB)": "metrics.mem_gib",
-        "published memory/GPU (GiB)": "metrics.published_memory_gib",
-        "memory predicted÷published": "metrics.published_mem_ratio",
-        "fits": "info.fits",
-        "source": "info.source",
-    },
-    headline=("worst predicted ÷ published tokens/s per GPU", "tokens/s predicted÷published", "min"),
-    figures=report_figures,
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import statistics
 
+from steps.core import InputError, SkipCell, Stage
+from steps.core.job import split_metrics
 from steps.parallel import engines, links, nodes, parity
 from steps.parallel import launch as launcher
 from steps.parallel.plan import Plan, PlanError
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell
-from steps.tracking.job import split_metrics
+from steps.presentation.sharding import SHOWN
 
 
 def summarize(plan, ranks: list[dict]) -> dict:
@@ -242,31 +242,7 @@ def lessons_metrics(ctx, rec: dict) -> dict:
     return {k: v for k, v in rec.items() if isinstance(v, (int, float))}
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "backend": "info.backend",
-        "strategy": "info.strategy",
-        "mesh": "info.mesh",
-        "world": "metrics.world",
-        "tokens/s": "metrics.tokens_per_s",
-        "state/rank measured÷analytic": "metrics.state_ratio",
-        "comm/step measured÷analytic": "metrics.comm_ratio",
-        "comm per mesh axis, link": "info.links",
-        "parity": "info.parity",
-        "worst parity error": "metrics.parity_err_worst",
-        "worst error ÷ tolerance": "metrics.parity_err_over_tol",
-        "worst of": "info.parity_worst_of",
-        "notes": "info.notes",
-    },
-    headline=(
-        "worst parity error ÷ its tolerance (max of |Δloss|, |Δgrad|, |Δparam|, replica spread on every "
-        "rank vs one device after K steps; tolerance 1e-5 fp32, 1e-12 fp64)",
-        "worst error ÷ tolerance",
-        "max",
-    ),
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -10,8 +10,8 @@ import datasets
 from tokenizers import ByteLevelBPETokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from steps.stage import Stage
-from steps.tracking import InputError, StageRun
+from steps.core import InputError, Stage, StageRun
+from steps.presentation.train_tokenizer import SHOWN
 
 EOS = "<|endoftext|>"
 
@@ -50,17 +50,7 @@ def run(ctx: StageRun) -> dict:
     return metrics
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "tokenizer": "info.tokenizer",
-        "vocab": "metrics.vocab_size",
-        "train tokens": "metrics.train_tokens",
-        "chars/token (val)": "metrics.validation_chars_per_token",
-    },
-    headline=("characters per token (validation)", "chars/token (val)", "max"),
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)
 
 if __name__ == "__main__":
     STAGE.main()

@@ -247,9 +247,9 @@ def check_triton_path_stays_off_on_cpu() -> None:
     torch is imported here, not at the top: this file loads for every test module."""
     import torch
 
+    from steps.core import SkipCell
     from steps.perf import fused
     from steps.perf.step import check_device
-    from steps.tracking import SkipCell
 
     assert not fused.triton_available()
     assert fused.resolve_backend("auto", "cpu") == "compiled"

@@ -62,7 +62,7 @@ def test_cells_select_narrows_and_rejects_unknown():
 # ---- tracking --------------------------------------------------------------------------------
 JOB = textwrap.dedent("""
     import sys
-    from steps.stage import Stage
+    from steps.core import Stage
     def run(ctx):
         for i in range(int(ctx.params["n"])):
             ctx.log_metrics({"loss": 1.0 / (i + 1), "i": i}, step=i)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from steps.config import stage_schema
+from steps.core import InputError
 from steps.mcq.metrics import average_precision_at_3, bootstrap_ci, map_at_3, per_question_scores, top3_letters
-from steps.tracking import InputError
 from tests.conftest import run_stage
 
 LETTERS = list("ABCDE")

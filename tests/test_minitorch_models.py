@@ -141,8 +141,8 @@ def test_translation_pipeline_offline_scores_its_own_translations(tmp_path):
 
 
 def test_translation_source_errors_name_the_fix(tmp_path):
+    from steps.core import InputError
     from steps.minitorch.translate import load_pairs
-    from steps.tracking import InputError
 
     with pytest.raises(InputError, match="neither hf:"):
         load_pairs(str(tmp_path / "missing.tsv"))

@@ -99,8 +99,8 @@ def test_bad_cell_values_are_rejected_with_the_key():
     ],
 )
 def test_cuda_only_cells_skip_with_reason_on_cpu(over):
+    from steps.core import SkipCell
     from steps.perf.step import check_device
-    from steps.tracking import SkipCell
 
     with pytest.raises(SkipCell, match="needs CUDA"):
         check_device(perf_params(**over), torch.device("cpu"))
@@ -111,8 +111,8 @@ def test_amp_cell_skips_without_native_low_precision_matmul(monkeypatch):
     """An AVX2-only CPU runs bf16 matmuls ~100x slower than fp32: the AMP cell is skipped with
     the measured probe in its reason (the probe itself is stubbed here to be machine-independent)."""
     from steps import hardware
+    from steps.core import SkipCell
     from steps.perf.step import check_native_amp
-    from steps.tracking import SkipCell
 
     monkeypatch.setattr(hardware, "native_matmul", lambda dtype, device: (False, 1.3e9, 170e9))
     with pytest.raises(SkipCell, match=r"no native bfloat16 matmul on this CPU \(probe 1.3 vs float32 170"):

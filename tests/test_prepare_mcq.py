@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from steps.config import stage_schema
+from steps.core import InputError
 from steps.mcq import data
 from steps.mcq.hf_sources import map_arc, map_openbookqa, map_sciq, to_rows
 from steps.prepare_mcq import build
-from steps.tracking import InputError
 from tests.conftest import run_stage
 
 LETTERS = list("ABCDE")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_report_numbers_equal_mlflow_metrics(smoke_dag):
-    from steps.stage import load
+    from steps.core.stage import load
     from steps.tracking import store
 
     client = store.client(f"sqlite:///{smoke_dag / 'results/mlflow.db'}")

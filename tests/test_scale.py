@@ -13,13 +13,13 @@ from steps.analytic import comm as C
 from steps.analytic import memory as M
 from steps.analytic import params as P
 from steps.config import cell_config, load_config
+from steps.core import InputError
 from steps.models.shapes import GPT2, LLAMA3, Shape
 from steps.parallel.plan import PlanError
 from steps.sim.cluster import Cluster, Link
 from steps.sim.fakeworld import leave_fake_world
 from steps.sim.scale_plan import ScalePlan
 from steps.sim.steptime import memory, predict
-from steps.tracking import InputError
 from tests.conftest import DEFAULT, run_stage
 
 SIZES = dict(n_embd=64, n_layer=3, n_head=8, vocab_size=256, block_size=32)

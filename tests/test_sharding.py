@@ -352,7 +352,7 @@ def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
 
 
 def _stage_ctx(tmp_path, device: str, **params):
-    from steps.tracking import StageRun
+    from steps.core import StageRun
 
     return StageRun(
         "sharding",
@@ -360,8 +360,6 @@ def _stage_ctx(tmp_path, device: str, **params):
         {**TINY, **params},
         {"seed": 1, "device": device, "threads": 1},
         tmp_path,
-        None,
-        log_to_mlflow=False,
     )
 
 
@@ -395,8 +393,8 @@ def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
 def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, backend, strategy, mesh):
     """The workstation profile: device cuda, one GPU. A 2-device cell is skipped with the count,
     before any process starts (NCCL would crash on two ranks per GPU, JAX on a too-small mesh)."""
+    from steps.core import SkipCell
     from steps.sharding import run
-    from steps.tracking import SkipCell
 
     calls = _patch_gpus(monkeypatch, 1)
     with pytest.raises(SkipCell, match=r"^skipped: needs 2 GPUs, found 1 "):
@@ -424,8 +422,8 @@ def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
 
 def test_stage_rejects_a_strategy_its_backend_has_no_engine_for(tmp_path, monkeypatch):
     """The engine registry answers before any process starts (it used to be a crash in every rank)."""
+    from steps.core import InputError
     from steps.sharding import run
-    from steps.tracking import InputError
 
     calls = _patch_gpus(monkeypatch, 0)
     with pytest.raises(

@@ -1,4 +1,4 @@
-"""The stage contract (steps/stage.py): one Stage object per stage module, read by its rule, its
+"""The stage contract (steps/core/stage.py): one Stage object per stage module, read by its rule, its
 `main` and the report; and Snakemake as the single source of the paths every job gets."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from steps.stage import Stage, load
+from steps.core.stage import Stage, load
 from tests.conftest import ROOT, clean_env, smoke_cells, smoke_params, snakemake, stage_paths, stage_rules
 
 # Columns a smoke cell's `run` does not return, each with why. Any other missing key fails: a

@@ -125,9 +125,9 @@ def cuda_skip(params: dict, device: str) -> str:
         return ""
     import torch
 
+    from steps.core import SkipCell
     from steps.perf.config import PerfConfig
     from steps.perf.step import check_device
-    from steps.tracking import SkipCell
 
     try:
         check_device(PerfConfig.of(params), torch.device(device))

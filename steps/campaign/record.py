@@ -185,9 +185,9 @@ def perf_table(recs: dict[str, dict]) -> pd.DataFrame:
 
 def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
     """A non-perf stage's ok cells with its report columns (metrics.* and info.*)."""
-    from steps.stage import load
+    from steps.core.stage import presentation
 
-    columns = {t: r for t, r in load(stage).columns.items() if not r.startswith("params.")}
+    columns = {t: r for t, r in presentation(stage).columns.items() if not r.startswith("params.")}
     rows = [
         {"cell": n.split("/", 1)[1], **{t: value(rec, r) for t, r in columns.items()}}
         for n, rec in recs.items()

@@ -4,7 +4,7 @@ says, for every planned cell, what happened: ok | skipped | failed | timeout | n
 
 A cell that would start with less than `min_cell_s` left is not started: it and everything after
 it are "not run: budget spent". A cell past its timeout gets SIGTERM (the job ends its MLflow run
-FAILED and writes failed.json, steps/tracking/job.py), then SIGKILL 15 s later. The ledger is
+FAILED and writes failed.json, steps/core/job.py), then SIGKILL 15 s later. The ledger is
 rewritten after every cell, so a campaign killed from outside still leaves what it did.
 """
 

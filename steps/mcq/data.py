@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from steps.tracking import InputError
+from steps.core import InputError
 
 LETTERS = ("A", "B", "C", "D", "E")
 REQUIRED = ("id", "prompt", *LETTERS)

@@ -27,9 +27,9 @@ import random
 
 import pandas as pd
 
+from steps.core import InputError
 from steps.mcq.element_facts import load_elements
 from steps.mcq.element_templates import TEMPLATE_NAMES, TEMPLATES, Template
-from steps.tracking import InputError
 
 __all__ = ["TEMPLATE_NAMES", "generate", "load_elements"]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from steps.analytic.flops import flops_per_token
+from steps.core import StageRun
 from steps.mcq.metrics import bootstrap_ci, per_question_scores, top3_letters
 from steps.mcq.model import non_embedding_params
-from steps.tracking import StageRun
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend

@@ -12,7 +12,7 @@ import random
 import datasets
 import pandas as pd
 
-from steps.tracking import InputError
+from steps.core import InputError
 
 
 def map_sciq(row: dict) -> dict:

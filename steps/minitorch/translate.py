@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steps.tracking import InputError, StageRun
+from steps.core import InputError, StageRun
 
 SPECIALS = ["<pad>", "<sep>", "<eos>"]
 

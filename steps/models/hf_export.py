@@ -29,7 +29,6 @@ from mlflow.models import infer_signature
 from transformers import pipeline
 
 from steps.models.hf_convert import hf_config_from_ours, to_hf
-from steps.tracking import store
 
 LOGIT_TOL = 1e-5  # logit_error of the reloaded HF model vs ours, fp32: fused vs split q/k/v differ ~1e-7
 FOLDER = "hf"
@@ -102,11 +101,12 @@ def requirements() -> list[str]:
     return [f"{pkg}=={version(pkg).split('+')[0]}" for pkg in ("torch", "transformers", "tokenizers", "safetensors")]
 
 
-def log_model(pipe, run_id: str, experiment_id: str, uri: str, max_new_tokens: int) -> str:
-    """Log a text-generation pipeline to an existing run (its Models column); returns `models:/<id>`."""
+def log_model(pipe, run_id: str, experiment_id: str, uri: str, max_new_tokens: int, write_lock) -> str:
+    """Log a text-generation pipeline to an existing run (its Models column); returns `models:/<id>`.
+    `write_lock`: the store's write lock, held around the writes (the job's `ctx.write_lock()`)."""
 
     mlflow.set_tracking_uri(uri)
-    with store.write_lock(uri):
+    with write_lock:
         # created here so it lives in its run's experiment (log_model alone would use the active one)
         model = mlflow.initialize_logged_model(MODEL_NAME, source_run_id=run_id, experiment_id=experiment_id)
         info = mlflow.transformers.log_model(
@@ -141,7 +141,7 @@ def export_cell(ctx, model, tok) -> dict:
     print(f"HF export: {folder} (logit error {err:.2g} <= {LOGIT_TOL}, {out['hf_export_s']:.1f} s)")
     if ctx.run_id:
         t0 = time.perf_counter()
-        ctx.info["mlflow_model"] = log_model(pipe, ctx.run_id, ctx.experiment_id, ctx.uri, n_new)
+        ctx.info["mlflow_model"] = log_model(pipe, ctx.run_id, ctx.experiment_id, ctx.uri, n_new, ctx.write_lock())
         out["mlflow_log_model_s"] = time.perf_counter() - t0
         print(f"MLflow model: {ctx.info['mlflow_model']} ({out['mlflow_log_model_s']:.1f} s)")
     return out

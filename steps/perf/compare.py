@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from steps.config.typed import trajectory_fields
+from steps.core import StageRun
 from steps.paired import Ratio, ratio_of_pairs
 from steps.perf.config import PerfConfig
-from steps.tracking import StageRun
 
 NOT_A_CHANGE = ("desc", "baseline_cell")  # what the cell is called and what it is timed against
 

@@ -12,13 +12,13 @@ import numpy as np
 
 from steps import hardware
 from steps.analytic.flops import flops_per_token
+from steps.core import StageRun
 from steps.models.train_step import set_tf32
 from steps.paired import interleave
 from steps.perf.config import PerfConfig
 from steps.perf.footprint import PeakMemory
 from steps.perf.step import micro_batches, synthetic_batches
 from steps.perf.timeline import Timeline
-from steps.tracking import StageRun
 
 BASELINE_WARMUP = 2  # a fresh step: AdamW creates its state in step 1, step 2 runs steady
 

@@ -26,6 +26,7 @@ import torch
 
 from steps import hardware
 from steps.analytic.memory import step_memory
+from steps.core import StageRun
 from steps.models.train_step import set_tf32
 from steps.paired import Ratio
 from steps.perf import memory
@@ -36,7 +37,6 @@ from steps.perf.measure import Stepper, throughput, timed_pairs, warm_up
 from steps.perf.memory import MiB
 from steps.perf.step import build_step, check_device, check_native_amp, gpt_config, micro_batch, peak_dtype
 from steps.perf.timeline import Timeline, check_timeline
-from steps.tracking import StageRun
 
 
 def timed_against_baseline(

@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import torch
 
 from steps.config import ConfigError
+from steps.core import SkipCell
 from steps.hardware import slow_matmul_reason
 from steps.models.fp8 import convert_to_fp8
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.train_step import StepOptions, TrainStep, matmul_dtype
 from steps.perf.config import PerfConfig
 from steps.perf.fused import fuse_model, triton_available
-from steps.tracking import SkipCell
 
 
 def check_device(p: PerfConfig, device: torch.device) -> None:

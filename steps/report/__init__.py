@@ -6,7 +6,7 @@ back from MLflow (`mlflow.search_runs`), so the report shows what the tracking s
 every row links to its run. Declared cells that are missing, skipped or failed appear with their
 reason; `<stage>.select` (or `--config`) narrows the tables with the matrix.
 
-Each stage's section is shaped by its Stage object (steps/stage.py: columns, derived, headline,
+Each stage's section is shaped by its Stage object (steps/core/stage.py: columns, derived, headline,
 curves, tables, figures), read from the stage's own module.
 
   gather.py   records, MLflow runs, one table per stage
@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.core import StageRun
+from steps.core.stage import Stage, presentation
+from steps.presentation.report import SHOWN
 from steps.report.gather import fetch_runs, headline, load_cell, logged_tables, stage_table
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
-from steps.stage import Stage, load
-from steps.tracking import StageRun, store
+from steps.tracking import store
 
 
 def cell_folders(ctx: StageRun, stages: dict[str, list[str]]) -> dict[str, dict[str, Path]]:
@@ -47,7 +49,7 @@ def run(ctx: StageRun) -> dict:
     heads, md_sections, html_sections = [], [], []
     counts = {"ok": 0, "skipped": 0, "failed": 0, "missing": 0}
     for stage in ctx.progress(stages, desc="report", total=len(stages)):
-        spec = load(stage)
+        spec = presentation(stage)  # steps/presentation/<stage>.py: no torch, JAX or transformers
         table = stage_table(records[stage], runs, spec)
         table.to_csv(out / f"{stage}.csv", index=False)
         status = table["status"].value_counts().to_dict()
@@ -91,13 +93,4 @@ def run(ctx: StageRun) -> dict:
     return {f"cells_{k}": v for k, v in counts.items()}
 
 
-STAGE = Stage(
-    __spec__.name,
-    run,
-    columns={
-        "ok": "metrics.cells_ok",
-        "skipped": "metrics.cells_skipped",
-        "failed": "metrics.cells_failed",
-        "missing": "metrics.cells_missing",
-    },
-)
+STAGE = Stage.of(__spec__.name, run, SHOWN)

@@ -1,5 +1,5 @@
 """The report's numbers: each cell's record (metrics.json, or why there is none), this DAG's runs
-from MLflow, and one table per stage shaped by its Stage object (columns, derived, headline)."""
+from MLflow, and one table per stage shaped by its presentation (columns, derived, headline)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from steps.stage import Stage
+from steps.core.stage import Presentation
 from steps.tables import fmt
 
 
@@ -76,7 +76,7 @@ def derive(table: pd.DataFrame, derived: dict) -> pd.DataFrame:
     return table
 
 
-def stage_table(records: dict[str, dict], runs: pd.DataFrame, stage: Stage) -> pd.DataFrame:
+def stage_table(records: dict[str, dict], runs: pd.DataFrame, stage: Presentation) -> pd.DataFrame:
     """One row per declared cell from its record (`load_cell`) and its MLflow run."""
     rows = []
     for cell, rec in records.items():
@@ -90,7 +90,7 @@ def stage_table(records: dict[str, dict], runs: pd.DataFrame, stage: Stage) -> p
     return derive(pd.DataFrame(rows), stage.derived)
 
 
-def headline(table: pd.DataFrame, stage: Stage) -> tuple[str, str, str]:
+def headline(table: pd.DataFrame, stage: Presentation) -> tuple[str, str, str]:
     """(label, value text, run id) of the index line: the best ok row by the stage's headline
     column, among the rows `headline_if` admits; `headline_none` when none qualifies."""
     spec = stage.headline

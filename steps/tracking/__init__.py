@@ -1,16 +1,13 @@
-"""One MLflow run per Snakemake job (see steps/stage.py for the contract every stage module keeps).
+"""MLflow, and only MLflow: the store, each job's run, the lab run, what the UI shows. The job
+runner (steps/core/job.py) opens a job's run here and hands it to its StageRun. Only it, the stage
+modules, the report, and the command lines that read a store (steps.ui, steps.compare,
+steps.campaign) import this package; library packages never do (tests/test_layers.py).
 
-errors.py      SkipCell, InputError
-cli.py         the job's command line: --cfg, --input/--output NAME=PATH
-job.py         the job's life: open the run, seed once, call `run`, write metrics.json
-run.py         StageRun, what `run(ctx)` gets: config, paths, logging, device
-mlflow_run.py  the MLflow run: tags, params, buffered metrics, status
-env.py         seeding, torch threads, the torch device
-provenance.py  package versions, git commit
-store.py       the tracking store (SQLite lock, retries, one experiment per stage)
+mlflow_run.py   the MLflow run of one job: tags, params, buffered metrics, status
+store.py        the tracking store (SQLite lock, retries, one experiment per stage)
+lab.py          the lab run of one `snakemake` invocation
+provenance.py   package versions, git commit
+datasets.py     the job's inputs, logged as MLflow datasets
+describe.py     what the UI shows in words: experiment descriptions, run notes, UI addresses
+mlflow_app.py   the lab's MLflow app (python -m steps.ui)
 """
-
-from steps.tracking.errors import InputError, SkipCell
-from steps.tracking.run import StageRun
-
-__all__ = ["InputError", "SkipCell", "StageRun"]

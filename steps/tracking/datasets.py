@@ -50,7 +50,7 @@ def digest(path: Path) -> tuple[str, dict]:
 def _hf_split(folder: Path) -> tuple[dict | None, dict]:
     """(mlflow colspec schema, rows) of one saved HF split: features from dataset_info.json, rows
     counted over its memory-mapped Arrow shards."""
-    import pyarrow as pa  # steps.tracking stays light (every stage imports it; mlflow_run's docstring)
+    import pyarrow as pa  # steps.tracking stays light (every job imports it; mlflow_run's docstring)
 
     schema, extra = None, {}
     info_file = folder / "dataset_info.json"

@@ -116,7 +116,7 @@ def failed_jobs(snakemake_log: str | None, since: float) -> list[tuple[str, str]
 
 
 def error_line(job_log: str) -> str:
-    """The job's own one-line error ('<stage>[<cell>] failed: ...', steps/tracking/job.py), else
+    """The job's own one-line error ('<stage>[<cell>] failed: ...', steps/core/job.py), else
     the last lines of its log."""
     if not job_log or not Path(job_log).exists():
         return "(no log file)"

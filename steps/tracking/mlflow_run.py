@@ -3,8 +3,8 @@
 lock, closed with the job's status. A run a killed job left RUNNING is closed FAILED. Child runs
 (e.g. word2vec's seeds) are nested under it.
 
-mlflow is imported when a run is opened (store.client), not when this module is: every module
-imports `steps.tracking` for its exceptions, and a `--no-mlflow` job never needs it.
+mlflow is imported when a run is opened (store.client), not when this module is: every job imports
+this module (steps/core/job.py), and a `--no-mlflow` job never needs mlflow.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class MlflowRun:
         with store.write_lock(self.uri):
             run = store.retrying(c.create_run, self.experiment_id, tags=tags, run_name=f"{self.stage}:{self.cell}")
         self.run_id = run.info.run_id
-        shown = about.get("params_shown", params)  # the Stage's params_used (steps/stage.py)
+        shown = about.get("params_shown", params)  # the Stage's params_used (steps/core/stage.py)
         values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(shown).items()}
         values.update({f"common.{k}": str(v) for k, v in flatten(common).items()})
         self._log_params(self.run_id, values)
@@ -173,6 +173,9 @@ class MlflowRun:
         if self.run_id:
             with store.write_lock(self.uri):
                 store.retrying(self._client.set_tag, self.run_id, key, str(value)[:5000])
+
+    def write_lock(self):
+        return store.write_lock(self.uri)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         if self.run_id:

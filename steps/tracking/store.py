@@ -65,7 +65,7 @@ def retrying(fn, *args, attempts: int = 8, **kwargs):
 
 def client(uri: str | None = None):
     """An MlflowClient on an initialised store (creates the SQLite schema once, under the lock)."""
-    import mlflow  # steps.tracking stays light (every stage imports it; mlflow_run's docstring)
+    import mlflow  # steps.tracking stays light (every job imports it; mlflow_run's docstring)
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri(uri)

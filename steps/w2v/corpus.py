@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from datasets import load_from_disk
 
-from steps.tracking import InputError, StageRun
+from steps.core import InputError, StageRun
 from steps.w2v.text import sentences
 from steps.w2v.train import TrainConfig
 from steps.w2v.vocab import Vocab

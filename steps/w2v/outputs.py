@@ -9,7 +9,7 @@ matplotlib.use("Agg")  # before pyplot: jobs draw without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from steps.tracking import StageRun  # noqa: E402
+from steps.core import StageRun  # noqa: E402
 from steps.w2v.evaluate import pca_plot, save_word2vec_text  # noqa: E402
 
 

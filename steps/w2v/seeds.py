@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from steps.tracking import StageRun
+from steps.core import StageRun
 from steps.w2v.baseline import train_gensim
 from steps.w2v.corpus import Corpus
 from steps.w2v.evaluate import evaluate, keyed_vectors

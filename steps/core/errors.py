@@ -1,4 +1,4 @@
-"""The two exceptions a stage raises on purpose; `steps.tracking.job` records each its own way."""
+"""The two exceptions a stage raises on purpose; `steps.core.job` records each its own way."""
 
 
 class SkipCell(Exception):

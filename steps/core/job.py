@@ -11,17 +11,15 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from steps.config import ConfigError
-from steps.tracking.cli import parse_args
+from steps.core.cli import parse_args
+from steps.core.errors import InputError, SkipCell
+from steps.core.run import StageRun
+from steps.core.stage import Stage
 from steps.tracking.describe import cell_note, stage_description
-from steps.tracking.errors import InputError, SkipCell
+from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
-from steps.tracking.run import StageRun
-
-if TYPE_CHECKING:
-    from steps.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -45,7 +43,7 @@ def _on_sigterm(signum, frame):
     raise SystemExit(f"killed by signal {signum}")
 
 
-def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
+def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)
@@ -57,14 +55,18 @@ def run_job(stage: "Stage", argv: list[str] | None = None) -> None:
         "note": cell_note(name, cell, args.cfg.get("overrides"), params),
         "params_shown": stage.params_used(params) if stage.params_used else params,
     }
+    uri = (common.get("tracking") or {}).get("uri")
+
+    def open_run(config_hash: str, seed: int) -> MlflowRun:
+        return MlflowRun(uri, name, cell, config_hash, seed, enabled=args.mlflow)
+
     ctx = StageRun(
         name,
         cell,
         params,
         common,
         args.out,
-        (common.get("tracking") or {}).get("uri"),
-        log_to_mlflow=args.mlflow,
+        open_run,
         inputs=args.inputs,
         outputs=args.outputs,
         about=about,

@@ -1,7 +1,10 @@
 """The stage contract: one small object per stage module, read by the module's `main`, the report
-and the tests. Every stage module (`steps/<stage>.py`, or the package `steps/<stage>/`) ends with
+and the tests. What a stage shows is declared once, in its own light module
+`steps/presentation/<stage>.py` (`SHOWN = Presentation(columns={...}, headline=(...), ...)`: no
+torch, JAX or transformers, so the report reads every stage's without loading them), and every stage
+module (`steps/<stage>.py`, or the package `steps/<stage>/`) ends with
 
-    STAGE = Stage(__spec__.name, run, columns={...}, headline=(...), ...)
+    STAGE = Stage.of(__spec__.name, run, SHOWN)
 
     if __name__ == "__main__":
         STAGE.main()
@@ -11,7 +14,7 @@ workflow/rules/common.smk). The name is never typed: it is the module's own name
 
 `run(ctx: StageRun) -> dict` does the work and returns the cell's final metrics (numbers land in
 metrics.json's `metrics` and in MLflow, anything else in `info`). The report shapes the stage's
-section from the rest:
+section from its Presentation:
 
   columns   {"title": "metrics.<key>" | "info.<key>" | "params.<key>"}      one row per cell
   derived   {"title": ("ratio" | "diff", "<column title>", "<reference cell>")}
@@ -37,19 +40,18 @@ tests/test_stage_contract.py checks every column against what `run` returned on 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping, Sequence
 
-from steps.tracking import StageRun
-from steps.tracking.job import run_job
+from steps.core.run import StageRun
 
 COLUMN_KINDS = ("metrics", "info", "params")
 
 
-@dataclass(frozen=True)
-class Stage:
-    module: str  # the module's import name: `__spec__.name`
-    run: Callable[[StageRun], dict]
+@dataclass(frozen=True, kw_only=True)
+class Presentation:
+    """What a stage shows: its report section and the params its MLflow run lists (docstring above)."""
+
     columns: Mapping[str, str] = field(default_factory=dict)
     derived: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
     headline: tuple[str, str, str] | None = None
@@ -64,16 +66,15 @@ class Stage:
     columns_for: Callable[[dict], Sequence[str]] | None = None
 
     def __post_init__(self):
+        where = getattr(self, "module", "Presentation")
         for title, ref in self.columns.items():
             kind, dot, key = ref.partition(".")
             if kind not in COLUMN_KINDS or not dot or not key:
-                raise ValueError(
-                    f"{self.module}: column {title!r} -> {ref!r}: expected one of {COLUMN_KINDS} + '.<key>'"
-                )
+                raise ValueError(f"{where}: column {title!r} -> {ref!r}: expected one of {COLUMN_KINDS} + '.<key>'")
         for title, (how, column, _cell) in self.derived.items():
             if how not in ("ratio", "diff") or column not in self.columns:
                 raise ValueError(
-                    f"{self.module}: derived {title!r}: ({how!r}, {column!r}) needs ratio|diff of a declared column"
+                    f"{where}: derived {title!r}: ({how!r}, {column!r}) needs ratio|diff of a declared column"
                 )
         titles = {*self.columns, *self.derived}
         named = [("headline", self.headline[1] if self.headline else None)]
@@ -82,9 +83,20 @@ class Stage:
         named += [("headline_of", self.headline_of[0] if self.headline_of else None)]
         for what, column in named:
             if column is not None and column not in titles:
-                raise ValueError(f"{self.module}: {what} column {column!r} is not a column")
+                raise ValueError(f"{where}: {what} column {column!r} is not a column")
         if (self.headline_if or self.headline_interval or self.headline_none or self.headline_of) and not self.headline:
-            raise ValueError(f"{self.module}: headline_if/headline_none/headline_interval/headline_of need a headline")
+            raise ValueError(f"{where}: headline_if/headline_none/headline_interval/headline_of need a headline")
+
+
+@dataclass(frozen=True)
+class Stage(Presentation):
+    module: str  # the module's import name: `__spec__.name`
+    run: Callable[[StageRun], dict]
+
+    @classmethod
+    def of(cls, module: str, run: Callable[[StageRun], dict], shown: Presentation) -> "Stage":
+        """The stage of `module`: its `run` and its presentation (steps/presentation/<stage>.py)."""
+        return cls(module, run, **{f.name: getattr(shown, f.name) for f in fields(Presentation)})
 
     @property
     def name(self) -> str:
@@ -93,6 +105,8 @@ class Stage:
 
     def main(self, argv: list[str] | None = None) -> None:
         """`python -m steps.<stage> --cfg JSON --output metrics=PATH [--input NAME=PATH ...]`."""
+        from steps.core.job import run_job  # the runner imports this module, not the other way round
+
         run_job(self, argv)
 
 
@@ -100,5 +114,13 @@ def load(stage: str) -> Stage:
     """The Stage object of `steps.<stage>` (imports the module: its libraries come with it)."""
     obj = getattr(importlib.import_module(f"steps.{stage}"), "STAGE", None)
     if not isinstance(obj, Stage) or obj.name != stage:
-        raise LookupError(f"steps.{stage} has no STAGE = Stage(__spec__.name, run, ...)")
+        raise LookupError(f"steps.{stage} has no STAGE = Stage.of(__spec__.name, run, SHOWN)")
     return obj
+
+
+def presentation(stage: str) -> Presentation:
+    """What `stage` shows (`steps/presentation/<stage>.py`), without importing its module's libraries."""
+    shown = getattr(importlib.import_module(f"steps.presentation.{stage}"), "SHOWN", None)
+    if not isinstance(shown, Presentation):
+        raise LookupError(f"steps.presentation.{stage} has no SHOWN = Presentation(...)")
+    return shown

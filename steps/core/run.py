@@ -1,23 +1,58 @@
 """StageRun: what a stage's `run(ctx)` gets — its resolved config, its input and output paths (from
-the Snakemake rule), the one MLflow run it logs into, and its compute environment."""
+the Snakemake rule), the one MLflow run it logs into, and its compute environment.
+
+The MLflow run comes from the job runner (steps/core/job.py: `open_run`, a steps.tracking MlflowRun);
+a StageRun built without one (a test, a notebook) logs nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from tqdm.auto import tqdm
 
 from steps.config import config_hash
+from steps.core.device import torch_device
+from steps.core.seeding import seed_all
 from steps.tables import to_markdown
-from steps.tracking.env import seed_all, torch_device
-from steps.tracking.mlflow_run import MlflowRun
+
+
+class Untracked:
+    """The run of a StageRun built without `open_run`: no store, nothing logged."""
+
+    uri = run_id = experiment_id = None
+
+    def start(self, params: dict, common: dict, about: dict | None = None) -> None:
+        pass
+
+    def end(self, status: str, reason: str = "") -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def set_tag(self, key: str, value: Any) -> None:
+        pass
+
+    def log_child(self, name: str, params: dict, metrics: dict[str, float], tags: dict | None = None) -> None:
+        return None
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def write_lock(self):
+        return contextlib.nullcontext()
 
 
 class StageRun:
     """`inputs`/`outputs`: the rule's named input and output paths (`ctx.inputs["corpus"]`); `out`:
-    the job's own folder (where metrics.json goes, beside its tables, plots and files)."""
+    the job's own folder (where metrics.json goes, beside its tables, plots and files); `open_run`:
+    (config hash, seed) -> the run this job logs into (steps/core/job.py passes an MlflowRun)."""
 
     def __init__(
         self,
@@ -26,8 +61,7 @@ class StageRun:
         params: dict,
         common: dict,
         out: Path,
-        uri: str | None,
-        log_to_mlflow: bool = True,
+        open_run: Callable[[str, int], Any] | None = None,
         inputs: Mapping[str, str] | None = None,
         outputs: Mapping[str, str] | None = None,
         about: dict | None = None,
@@ -40,7 +74,7 @@ class StageRun:
         self.seed = int(common.get("seed", 0))
         self.threads = int(common.get("threads", 0) or 0)
         self.config_hash = config_hash({"params": params, "common": common})
-        self.mlflow = MlflowRun(uri, stage, cell, self.config_hash, self.seed, enabled=log_to_mlflow)
+        self.mlflow = open_run(self.config_hash, self.seed) if open_run else Untracked()
         self.uri = self.mlflow.uri
         self.info: dict[str, Any] = {}
         # what the MLflow run says about itself: module, experiment description, run note
@@ -76,6 +110,10 @@ class StageRun:
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.mlflow.log_artifact(path, artifact_path)
+
+    def write_lock(self):
+        """The store's write lock (SQLite has one writer): hold it around a direct MLflow write."""
+        return self.mlflow.write_lock()
 
     # ---- files in the job's folder, logged as artifacts -------------------------------------
     def log_table(self, df, name: str) -> Path:
@@ -113,5 +151,5 @@ class StageRun:
         return torch_device(self.common.get("device", "cpu"))
 
     def seed_everything(self, seed: int | None = None) -> None:
-        """The job seeds once before `run` (steps.tracking.job); call again only for another seed."""
+        """The job seeds once before `run` (steps.core.job); call again only for another seed."""
         seed_all(self.seed if seed is None else seed, self.threads)

@@ -1,0 +1,19 @@
+"""The lab's core: what every module may import, and what imports neither torch, JAX nor MLflow.
+
+errors.py   SkipCell, InputError: what a stage or a library raises on purpose
+stage.py    Stage: the contract of a stage module (its `run` and what its report section shows)
+run.py      StageRun, what `run(ctx)` gets: config, paths, logging, device
+cli.py      the job's command line: --cfg, --input/--output NAME=PATH
+job.py      the job's life: open the MLflow run (steps.tracking), seed once, call `run`, write metrics.json
+seeding.py  one seed for every RNG, torch's thread count
+device.py   the torch device from common.device
+
+The dependency goes one way: core.job opens the job's MLflow run with steps.tracking (MLflow only)
+and hands it to StageRun; nothing in steps.tracking imports core.
+"""
+
+from steps.core.errors import InputError, SkipCell
+from steps.core.run import StageRun
+from steps.core.stage import Stage
+
+__all__ = ["InputError", "SkipCell", "Stage", "StageRun"]

@@ -1,0 +1,25 @@
+"""What the gpt_train stage shows: its report section and its runs' params (steps/core/stage.py)."""
+
+from __future__ import annotations
+
+from steps.core.stage import Presentation
+
+SHOWN = Presentation(
+    columns={
+        "params (non-emb)": "metrics.n_params_non_embedding",
+        "steps": "metrics.steps",
+        "val loss start": "metrics.val_loss_initial",
+        "val loss end": "metrics.val_loss_final",
+        "val ppl": "metrics.val_ppl_final",
+        "tokens/s": "metrics.tokens_per_s",
+        "MFU": "metrics.mfu",
+        "MFU (published peak)": "metrics.mfu_published",
+        # "1.01x [0.97, 1.05] (20 pairs, no difference)": interleaved, 95 % interval
+        "ours/HF fp32": "info.bench_float32_ours_vs_hf",
+        "ours/HF bf16": "info.bench_bfloat16_ours_vs_hf",
+        "fp32 bench % peak": "metrics.bench_float32_ours_mfu",
+    },
+    headline=("validation loss after training", "val loss end", "min"),
+    curves=["train_loss", "val_loss"],
+    tables=["benchmark"],
+)

@@ -1,0 +1,24 @@
+"""What the mcq_finetune stage shows: its report section and its runs' params (steps/core/stage.py)."""
+
+from __future__ import annotations
+
+from steps.core.stage import Presentation
+
+SHOWN = Presentation(
+    columns={
+        "backbone": "info.backbone",
+        "context": "info.context",
+        "mode": "info.mode",
+        "MAP@3": "metrics.test_map3",
+        "MAP@3 (CI)": "info.test_map3_ci",
+        "accuracy": "metrics.test_accuracy",
+        "test questions": "metrics.test_questions",
+        "train examples/s": "metrics.train_examples_per_s",
+        "MFU": "metrics.mfu",
+        "wall time (s)": "metrics.wall_time_s",
+    },
+    headline=("best test MAP@3 (chance 0.367)", "MAP@3", "max"),
+    headline_of=("test questions", "test questions"),
+    curves=["loss"],  # validation MAP@3 is evaluated once an epoch: a point, not a curve, at 1 epoch
+    tables=["test_by_template"],
+)

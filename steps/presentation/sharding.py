@@ -1,0 +1,29 @@
+"""What the sharding stage shows: its report section and its runs' params (steps/core/stage.py)."""
+
+from __future__ import annotations
+
+from steps.core.stage import Presentation
+
+SHOWN = Presentation(
+    columns={
+        "backend": "info.backend",
+        "strategy": "info.strategy",
+        "mesh": "info.mesh",
+        "world": "metrics.world",
+        "tokens/s": "metrics.tokens_per_s",
+        "state/rank measured÷analytic": "metrics.state_ratio",
+        "comm/step measured÷analytic": "metrics.comm_ratio",
+        "comm per mesh axis, link": "info.links",
+        "parity": "info.parity",
+        "worst parity error": "metrics.parity_err_worst",
+        "worst error ÷ tolerance": "metrics.parity_err_over_tol",
+        "worst of": "info.parity_worst_of",
+        "notes": "info.notes",
+    },
+    headline=(
+        "worst parity error ÷ its tolerance (max of |Δloss|, |Δgrad|, |Δparam|, replica spread on every "
+        "rank vs one device after K steps; tolerance 1e-5 fp32, 1e-12 fp64)",
+        "worst error ÷ tolerance",
+        "max",
+    ),
+)
