@@ -235,7 +235,7 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
 
 
 def report_cfg(lab: dict, attempted: list[Cell]) -> dict:
-    """The report job's config (rules/common.smk: report_config) over the cells that ran."""
+    """The report job's config (workflow/rules/report.smk: its cfg) over the cells that ran."""
     stages: dict[str, list[str]] = {}
     for c in attempted:
         stages.setdefault(c.stage, []).append(c.cell)

@@ -3,7 +3,7 @@
 #
 # A stage's rule names the module it runs
 #     params: **stage_params("steps.<stage>")
-# and carries its stage's name (the module takes its name from its own import name, steps/stage.py).
+# and carries its stage's name (the module takes its name from its own import name, steps/core/stage.py).
 # The rule's named input and output paths are passed to the module as `--input NAME=PATH` /
 # `--output NAME=PATH` (`ctx.inputs`, `ctx.outputs`): Snakemake is the single source of the DAG's
 # paths, and a rule names another rule's file as `rules.<rule>.output.<name>`. What is one stage's
