@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_stage, stage_params, tiny_texts
 
 from steps.campaign.record import slug
 from steps.config import config_hash
@@ -18,6 +17,7 @@ from steps.record import RecordError, machine_of, main, write_record
 from steps.tables import fmt
 from steps.tracking import lab
 from steps.tracking.provenance import git_commit, machine
+from tests.conftest import run_stage, stage_params, tiny_texts
 
 STAGES = {"prepare_corpus": ["main"], "train_tokenizer": ["main"]}
 COMMAND = "snakemake --cores 2 --configfile configs/smoke.yaml"
