@@ -182,10 +182,12 @@ def render(results: Path) -> tuple[str, str]:
 
 
 def write_record(folder: Path, out: Path) -> Path:
+    """The record of the finished run in `folder`, written under `out`; returns its path."""
     name, text = render(results_of(Path(folder)))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(text)
-    return out / name
+    path = Path(out) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def main(argv: list[str] | None = None) -> None:
