@@ -84,7 +84,8 @@ def machine_text(m: dict) -> str:
     if not m:
         return "unknown"
     gpus = m.get("gpus", "none")
-    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB" + ("" if gpus == "none" else f"; GPUs: {gpus}")
+    cpu = f"{m.get('cpu', 'unknown CPU')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB"
+    return cpu + ("" if gpus == "none" else f"; GPUs: {gpus}")
 
 
 def machine_slug(m: dict) -> str:
@@ -92,7 +93,7 @@ def machine_slug(m: dict) -> str:
     gpus = m.get("gpus", "none")
     if gpus and not gpus.startswith("none"):
         return slug(gpus.split(";")[0].split(",")[0].removeprefix("NVIDIA "))
-    return f"{slug(m['cpu'], 24)}-{m['cores']}c" if m else "unknown-machine"
+    return f"{slug(m.get('cpu', 'unknown'), 24)}-{m.get('cores', '')}c" if m else "unknown-machine"
 
 
 def run_facts(client, report_run_id: str) -> dict:
@@ -104,7 +105,11 @@ def run_facts(client, report_run_id: str) -> dict:
     config = "unknown (no lab run)"
     if lab_id:
         with tempfile.TemporaryDirectory() as tmp:
-            config = config_hash(json.loads(Path(client.download_artifacts(lab_id, "config.json", tmp)).read_text()))
+            try:
+                saved = Path(client.download_artifacts(lab_id, "config.json", tmp))
+                config = config_hash(json.loads(saved.read_text()))
+            except Exception as exc:  # noqa: BLE001 - artifacts moved with the folder: say so, keep the rest
+                config = f"unknown (the lab run's config.json: {str(exc)[:120]})"
     m, note = machine_of(tags)
     start, end = run.info.start_time / 1000, (run.info.end_time or 0) / 1000
     return {
