@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("results", type=Path, help="a finished DAG's results/ folder (or the folder holding it)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"), help="where the record goes (docs/results)")
     args = ap.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file: no progress bar
     try:
         print(write_record(args.results, args.out))
     except RecordError as exc:
