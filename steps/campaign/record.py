@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from steps.tables import fmt, to_markdown
-from steps.tracking.provenance import git_commit, package_versions
+from steps.tracking.provenance import cpu_model, git_commit, package_versions
 
 VERSIONS = ("triton", "numba", "numba-cuda", "cupy", "jaxlib")
 
@@ -55,16 +55,6 @@ def environment() -> dict:
     else:
         env |= {"device": f"CPU: {env['cpu']}", "driver": "none (no CUDA device)", "cuda": torch.version.cuda}
     return env
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def nvidia_smi(field: str) -> str:

@@ -23,7 +23,7 @@ import pandas as pd
 from steps.core import StageRun
 from steps.core.stage import Stage, presentation
 from steps.presentation.report import SHOWN
-from steps.report.gather import fetch_runs, headline, load_cell, logged_tables, stage_table
+from steps.report.gather import fetch_runs, headline_row, load_cell, logged_tables, stage_table
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
 from steps.tracking import store
@@ -55,20 +55,7 @@ def run(ctx: StageRun) -> dict:
         status = table["status"].value_counts().to_dict()
         for k in counts:
             counts[k] += int(status.get(k, 0))
-        label, value, run_id = headline(table, spec)
-        exp = table.loc[table["run_id"] == run_id, "experiment_id"].iloc[0] if run_id else ""
-        heads.append(
-            {
-                "stage": stage,
-                "cells": len(table),
-                "ok": status.get("ok", 0),
-                "skipped": status.get("skipped", 0),
-                "failed/missing": status.get("failed", 0) + status.get("missing", 0),
-                "key number": f"{label}: {value}" if value else "",
-                "experiment_id": exp,
-                "run_id": run_id,
-            }
-        )
+        heads.append(headline_row(stage, table, spec))
         figs = [f for f in [curve_figure(stage, table, list(spec.curves), client, plots)] if f]
         if spec.figures:
             figs += [Path(f) for f in spec.figures(table, plots, folders[stage]) or []]

@@ -115,6 +115,23 @@ def headline(table: pd.DataFrame, stage: Presentation) -> tuple[str, str, str]:
     return label, f"{text} ({ok.loc[i, 'cell']})", ok.loc[i, "run_id"]
 
 
+def headline_row(stage: str, table: pd.DataFrame, spec: Presentation) -> dict:
+    """The stage's line of the headline table: its cells by status, the key number, its run."""
+    status = table["status"].value_counts().to_dict()
+    label, value, run_id = headline(table, spec)
+    exp = table.loc[table["run_id"] == run_id, "experiment_id"].iloc[0] if run_id else ""
+    return {
+        "stage": stage,
+        "cells": len(table),
+        "ok": status.get("ok", 0),
+        "skipped": status.get("skipped", 0),
+        "failed/missing": status.get("failed", 0) + status.get("missing", 0),
+        "key number": f"{label}: {value}" if value else "",
+        "experiment_id": exp,
+        "run_id": run_id,
+    }
+
+
 def logged_tables(folders: dict[str, Path], names) -> dict[str, pd.DataFrame]:
     """Tables the cells logged (`<cell folder>/<name>.csv`), stacked with a `cell` column."""
     out = {}

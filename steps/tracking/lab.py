@@ -28,7 +28,7 @@ from steps.config import cells
 from steps.tracking import store
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
 from steps.tracking.mlflow_run import LAB_RUN_ENV
-from steps.tracking.provenance import git_commit
+from steps.tracking.provenance import git_commit, machine
 
 LAB = "lab"
 
@@ -56,6 +56,7 @@ def start(uri: str | None, config: dict, command: str = "") -> str:
         "host": platform.node(),
         "git_commit": commit,
         "command": command[:5000],
+        **{f"machine.{k}": v for k, v in machine().items()},
         **({"mlflow.source.git.commit": commit.removesuffix("-dirty")} if commit != "unknown" else {}),
     }
     params = {k: str(v) for k, v in config.items() if not isinstance(v, dict)}

@@ -1,8 +1,10 @@
-"""What a run records about where it ran: package versions, the git commit, flat parameters."""
+"""What a run records about where it ran: the machine, package versions, the git commit, flat parameters."""
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +33,33 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine() -> dict[str, str]:
+    """This host as a results record names it (the lab run's `machine.*` tags): CPU model, cores,
+    memory, and the GPUs nvidia-smi lists ("none" without one). No torch import: the lab run opens
+    before every job."""
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+    out = {"cpu": cpu_model(), "cores": str(os.cpu_count() or 0), "memory_gib": f"{pages / 2**30:.1f}"}
+    gpus = "none"
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+        try:
+            listed = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.SubprocessError):
+            listed = []
+        gpus = "; ".join(line.strip() for line in listed) or "none (nvidia-smi lists no GPU)"
+    return out | {"gpus": gpus}
 
 
 def git_commit() -> str:
