@@ -73,7 +73,7 @@ def test_ep_at_world_4_matches_one_device(tmp_path, backend):
     assert all(len(r["dgrad"]) == 2 for r in ranks)
     assert abs(m["state_ratio"] - 1) <= 1e-9  # each rank: dense + E/4 experts, params + grads + momentum
     assert all(r["comm_calls"]["all_to_all"] == 2 * (4 + 1) for r in ranks)  # per layer: 4 rows + 1 counts
-    # the mean over ranks is exact; native DDP adds its rebuilt-bucket broadcast once (README)
+    # the mean over ranks is exact; native DDP adds its rebuilt-bucket broadcast once (docs/sharding.md)
     assert abs(m["comm_ratio"] - 1) <= (1e-12 if backend == "torch_scratch" else 0.01), m["comm_ratio"]
     bytes_a2a = [r["comm_detail"]["all_to_all/4"] for r in ranks]
     assert len(set(bytes_a2a)) > 1  # uneven routing: the ranks' all-to-all bytes differ, the mean does not

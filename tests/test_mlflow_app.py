@@ -1,7 +1,7 @@
 """The lab's MLflow app: a browser with no choice stored opens MLflow's UI on its model-training
 pages. Checked against the installed MLflow's own UI build (its page and its bundle), so an MLflow
 whose UI keeps the switch elsewhere fails here. A headless-Chromium check of the same is in
-README's MLflow section (a fresh profile lands on an experiment's runs table)."""
+docs/tracking.md (a fresh profile lands on an experiment's runs table)."""
 
 from __future__ import annotations
 

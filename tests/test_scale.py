@@ -64,7 +64,7 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     assert step.saved - Act.activations(shape, plan, ac="none")["saved"] == 4
     tokens = 2 * 32
     assert step.saved_per_layer == Act.layer_bytes_per_token(shape, plan) * tokens
-    if plan.axis("tp") == 1:  # the README's term-by-term gap to the Playbook's 34·d, against the simulation
+    if plan.axis("tp") == 1:  # docs/scale.md's term-by-term gap to the Playbook's 34·d, against the simulation
         from steps.sim.versus import playbook_gap_terms
 
         gap = sum(playbook_gap_terms(shape).values()) * tokens

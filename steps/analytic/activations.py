@@ -11,7 +11,7 @@ runs, and matched exactly by it:
   rebuilds one layer at a time in backward; selective is torchtitan's op-level policy
   (selective_bytes_per_token). The Playbook's / Korthikanti et al.'s per-layer formula
   (korthikanti_per_layer: GPT-3 block, 4d MLP, dropout masks) is what the report's
-  "saved sim÷Playbook" sets the simulated layer against; README says term by term where they part.
+  "saved sim÷Playbook" sets the simulated layer against; docs/scale.md says term by term where they part.
   Head: final norm, the fp32 log-probabilities of the cross-entropy (4V, ÷t when the head is
   vocabulary-parallel), token ids (int64, 8); RoPE's cos/sin are shared by all layers (small).
 One GPU's eager step (the perf stage) has its own op count: steps/analytic/memory.py, step_memory.
