@@ -44,7 +44,9 @@ def test_one_f_one_b_order_holds_fewer_microbatches():
 
 def test_plan_rejects_inconsistent_mesh():
     with pytest.raises(PlanError, match="needs mesh axes"):
-        Plan.from_params({"strategy": "dp_tp", "mesh": {"tp": 2, "dp": 2}})
+        Plan.from_params({"strategy": "dp_tp", "mesh": {"dp": 2, "fsdp": 2}})
+    # the axes' order is the strategy's, whatever order the config (a job's sorted JSON) gives them in
+    assert list(Plan.from_params({"strategy": "dp_tp", "mesh": {"tp": 2, "dp": 2}}).mesh) == ["dp", "tp"]
     with pytest.raises(PlanError, match="divide"):
         Plan.from_params({"strategy": "tp", "mesh": {"tp": 3}, "mlp": {"dim": 4, "hidden": 8, "layers": 2}})
 
