@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -100,24 +101,27 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
     cmd = snakemake_cmd(tmp_path, "--until", "train_tokenizer")
-    log = tmp_path / job_files("prepare_corpus")["log"]
     metrics = tmp_path / stage_paths("train_tokenizer")[1]["metrics"]
     proc = subprocess.Popen(
         cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and not log.exists():
-        time.sleep(0.2)
-    time.sleep(1.0)  # mid-job
-    import os
 
+    def running_jobs() -> list[int]:
+        """This test's prepare_corpus job (its working dir is tmp_path), while it runs."""
+        found = subprocess.run(["pgrep", "-f", "steps.prepare_corpus"], capture_output=True, text=True)
+        return [int(p) for p in found.stdout.split() if Path(f"/proc/{p}/cwd").resolve() == tmp_path.resolve()]
+
+    deadline = time.time() + 120
+    while time.time() < deadline and not running_jobs() and proc.poll() is None:
+        time.sleep(0.1)
+    jobs = running_jobs()
+    assert jobs, f"prepare_corpus never ran within 120 s:\n{proc.communicate()[0] if proc.poll() is not None else ''}"
+    time.sleep(1.0)  # mid-job
     if how == "ctrl-c":
         os.killpg(proc.pid, signal.SIGINT)
     else:
-        job = subprocess.run(["pgrep", "-f", "steps.prepare_corpus"], capture_output=True, text=True)
-        for pid in job.stdout.split():  # only this test's job: its working dir is tmp_path
-            if Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve():
-                os.kill(int(pid), signal.SIGKILL)
+        for pid in jobs:
+            os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=120)
     assert not metrics.exists()
     snakemake(tmp_path, "--until", "train_tokenizer")
