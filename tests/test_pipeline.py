@@ -102,8 +102,13 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
     cmd = snakemake_cmd(tmp_path, "--until", "train_tokenizer")
     metrics = tmp_path / stage_paths("train_tokenizer")[1]["metrics"]
-    proc = subprocess.Popen(
-        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    proc = subprocess.Popen(  # SIGINT at its default, as in a user's terminal (never inherited as ignored)
+        cmd,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
     def running_jobs() -> list[int]:
