@@ -139,3 +139,20 @@ def test_report_values_compare_all_but_timings(tmp_path):
     assert main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     assert main([str(tmp_path / "a"), str(tmp_path / "c")]) == 1
     assert main([str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
+
+
+def test_report_values_mask_a_ratio_quoted_in_text_but_not_the_words(tmp_path):
+    from steps.report.values import differences, report_values
+
+    notes = {
+        "a": "jit 193× [180, 201] eager's speed; compiled 1× for 3 calls",
+        "b": "jit 107× [99, 1.2e+02] eager's speed; compiled 1× for 3 calls",
+        "c": "jit 193× [180, 201] eager's speed; compiled 3× for 3 calls",
+    }
+    for side, text in notes.items():
+        (tmp_path / side / "reports").mkdir(parents=True)
+        (tmp_path / side / "reports" / "sharding.csv").write_text(f'cell,notes\njax_lessons,"{text}"\n')
+    a, b, c = (report_values(tmp_path / s) for s in "abc")
+    assert a[("sharding", "jax_lessons", "notes")] == "jit (timed) eager's speed; compiled 1× for 3 calls"
+    assert not differences(a, b)
+    assert list(differences(a, c)) == [("sharding", "jax_lessons", "notes")]
