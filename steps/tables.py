@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # only a type here: every job imports this module, pandas costs ~0.4 s
+    import pandas as pd
 
 
 def fmt(value, digits: int = 4) -> str:

@@ -23,25 +23,25 @@ large GEMM is faster than three small ones on a CPU; the weight copy is tiny (3Â
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # torch built without distributed
-
-    class DTensor:  # noqa: D101 - placeholder that nothing is an instance of
-        pass
-
-
 from steps.models.positional import rope_cos_sin, rope_neox
 from steps.models.softmax import softmax
 
 
+def _is_dtensor(t: torch.Tensor) -> bool:
+    """A DTensor exists only once torch.distributed.tensor is imported (TP/FSDP import it): looked up,
+    not imported here, because importing it costs every job that builds a GPT ~1 s (sympy, DTensor ops)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(t, dtensor.DTensor)
+
+
 def _plain_linear(m: nn.Module) -> bool:
-    return type(m) is nn.Linear and not isinstance(m.weight, DTensor) and not (m._forward_hooks or m._forward_pre_hooks)
+    return type(m) is nn.Linear and not _is_dtensor(m.weight) and not (m._forward_hooks or m._forward_pre_hooks)
 
 
 def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
