@@ -11,8 +11,8 @@ from steps.analytic import comm as C
 from steps.analytic import params as P
 from steps.analytic.flops import flops_per_token
 from steps.models.shapes import Shape
-from steps.parallel.plan import Plan
-from steps.sim.scale_plan import ScalePlan
+from steps.scale.scale_plan import ScalePlan
+from steps.sharding.plan import Plan
 from tests.conftest import ROOT, clean_env
 
 
@@ -85,7 +85,7 @@ def test_flops_per_token_is_6n_plus_12ldt():
 def test_the_package_imports_neither_torch_nor_jax():
     code = (
         "import sys; import steps.analytic.costs, steps.analytic.activations, steps.analytic.flops, "
-        "steps.models.shapes, steps.scale; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
+        "steps.models.shapes, steps.scale.stage; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env(), cwd=ROOT

@@ -10,9 +10,9 @@ import torch
 from steps.analytic.comm import gpt_comm
 from steps.analytic.costs import gpt_costs
 from steps.config import cell_config, cells, load_config
-from steps.parallel.launch import launch
-from steps.parallel.plan import STRATEGY_AXES, Plan, PlanError
-from steps.sharding import summarize
+from steps.sharding.launch import launch
+from steps.sharding.plan import STRATEGY_AXES, Plan, PlanError
+from steps.sharding.stage import summarize
 from tests.conftest import DEFAULT, SMOKE
 
 MOE_GPT = {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
@@ -50,7 +50,7 @@ def test_ep_analytic_by_hand():
     """ep=4, fp64, 8 sequences of 8 tokens, C=16, E=8 GELU experts of 64, top-2, 2 layers.
     Experts 2 · 8 · 2 · 64 · 16 = 32768 parameters of 36512; dense 3744."""
     p = ep_plan()
-    from steps.parallel.gpt_init import full_model, param_shapes
+    from steps.sharding.gpt_init import full_model, param_shapes
 
     shapes = param_shapes(full_model(p, torch.float64))
     assert sum(shapes.values()) == 36512 and sum(n for k, n in shapes.items() if ".experts." in k) == 32768

@@ -1,6 +1,6 @@
 """Two hosts on one machine: two network namespaces joined by a veth pair (scripts/two-hosts), a
 torch cell launched across them (torchrun --nnodes 2, c10d rendezvous, gloo on the veth), the
-node's place read from the config or SLURM's environment (steps/parallel/nodes.py), bytes per mesh
+node's place read from the config or SLURM's environment (steps/sharding/nodes.py), bytes per mesh
 axis per link, and a link cut mid-step (the launch names the unreachable node; a rerun completes).
 
 World 4 on this 2-core machine is oversubscribed: the step times these runs log are not timing-grade."""
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from steps.parallel import links, nodes
-from steps.parallel.launch import LaunchError, launch
-from steps.parallel.plan import Plan
+from steps.sharding import links, nodes
+from steps.sharding.launch import LaunchError, launch
+from steps.sharding.plan import Plan
 from tests.conftest import ROOT, clean_env, io_args, processes_naming, stage_params, stage_paths
 
 SCRIPT = ROOT / "scripts" / "two-hosts"
@@ -137,7 +137,7 @@ def _launch_config(node_rank: int, port: int, timeout_s: float) -> dict:
 def _node1(params: dict, port: int, timeout_s: float, out: Path) -> subprocess.Popen:
     """Node 1: the launcher alone (node 0's stage owns the MLflow run), inside namespace B."""
     plan = Plan.from_params({**params, "seed": SEED, "launch": _launch_config(1, port, timeout_s)})
-    cmd = ["ip", "netns", "exec", NS[1], sys.executable, "-m", "steps.parallel.launch"]
+    cmd = ["ip", "netns", "exec", NS[1], sys.executable, "-m", "steps.sharding.launch"]
     cmd += ["--plan", json.dumps(plan.to_dict()), "--out", str(out)]
     return subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -233,7 +233,7 @@ def test_a_link_cut_mid_step_names_the_unreachable_node_and_a_rerun_completes(tw
         port = next(_PORTS)
         p = {**params, "fault": fault}
         plan0 = Plan.from_params({**p, "seed": SEED, "launch": _launch_config(0, port, timeout)})
-        cmd0 = ["ip", "netns", "exec", NS[0], sys.executable, "-m", "steps.parallel.launch"]
+        cmd0 = ["ip", "netns", "exec", NS[0], sys.executable, "-m", "steps.sharding.launch"]
         cmd0 += ["--plan", json.dumps(plan0.to_dict()), "--out", str(out)]
         t0 = time.time()
         node0 = subprocess.Popen(cmd0, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

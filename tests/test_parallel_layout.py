@@ -1,4 +1,4 @@
-"""steps/parallel's shape: the engine registry covers the config schema, JAX imports go one way
+"""steps/sharding's shape: the engine registry covers the config schema, JAX imports go one way
 (models -> engine -> entry point, lessons apart) and no module is loaded twice, the launching job
 stays torch- and jax-free, one concern a file."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steps.parallel import engines
-from steps.parallel.plan import BACKENDS, PlanError
+from steps.sharding import engines
+from steps.sharding.plan import BACKENDS, PlanError
 from tests.conftest import ROOT, clean_env
 
-PARALLEL = ROOT / "steps" / "parallel"
+PARALLEL = ROOT / "steps" / "sharding"
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "sharding.schema.yaml").read_text())
 SCHEMA_BACKENDS = SCHEMA["properties"]["backend"]["enum"]
 SCHEMA_STRATEGIES = SCHEMA["properties"]["strategy"]["enum"]
@@ -70,9 +70,9 @@ def test_the_gaps_are_the_known_ones():
 
 
 def test_scratch_builders_match_the_registry():
-    from steps.parallel.scratch.engine import BUILDERS
+    from steps.sharding.scratch.engine import BUILDERS
 
-    mlp_engine = "steps.parallel.scratch.engine:ScratchEngine"  # (scratch EP has its own engine, on the MoE)
+    mlp_engine = "steps.sharding.scratch.engine:ScratchEngine"  # (scratch EP has its own engine, on the MoE)
     assert set(BUILDERS) == {
         s for (b, s), e in engines.ENGINES.items() if b == "torch_scratch" and e.target == mlp_engine
     }
@@ -109,12 +109,12 @@ def test_jax_imports_go_one_way():
     assert set(mods) == set(JAX_LAYERS)
     for name, path in mods.items():
         for imp in _imports(path):
-            if imp.startswith("steps.parallel.jax."):
+            if imp.startswith("steps.sharding.jax."):
                 dep = imp.split(".")[3]
                 assert dep in JAX_LAYERS and JAX_LAYERS[dep] < JAX_LAYERS[name], f"jax/{name}.py imports {imp}"
     for path in PARALLEL.rglob("*.py"):  # outside jax/, nothing imports it (engines.py names it in strings)
         if "jax" not in path.relative_to(PARALLEL).parts:
-            assert not any(i.startswith("steps.parallel.jax") for i in _imports(path)), path
+            assert not any(i.startswith("steps.sharding.jax") for i in _imports(path)), path
 
 
 def test_the_launching_side_imports_neither_torch_nor_jax():
@@ -122,8 +122,8 @@ def test_the_launching_side_imports_neither_torch_nor_jax():
     plan/registry in the JAX process): jax only after launch.jax_env set its platform, torch only
     where a cell needs it."""
     code = (
-        "import sys; import steps.sharding, steps.parallel.engines, steps.parallel.parity, "
-        "steps.analytic.costs, steps.parallel.toy_mlp_init; "
+        "import sys; import steps.sharding.stage, steps.sharding.engines, steps.sharding.parity, "
+        "steps.analytic.costs, steps.sharding.toy_mlp_init; "
         "print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -135,8 +135,8 @@ def test_the_launching_side_imports_neither_torch_nor_jax():
 # runs the entry point as `python -m` does, then reports what it left in sys.modules
 RUN_ENTRY = """
 import json, os, runpy, sys
-sys.argv = ["steps.parallel.jax", "--plan", os.environ["PLAN"], "--out", os.environ["OUT"]]
-runpy.run_module("steps.parallel.jax", run_name="__main__", alter_sys=True)
+sys.argv = ["steps.sharding.jax", "--plan", os.environ["PLAN"], "--out", os.environ["OUT"]]
+runpy.run_module("steps.sharding.jax", run_name="__main__", alter_sys=True)
 files = [os.path.realpath(m.__file__) for n, m in list(sys.modules.items())
          if n.startswith("steps") and getattr(m, "__file__", None)]
 print(json.dumps({"modules": sorted(n for n in sys.modules if n.startswith("steps")),
@@ -147,9 +147,9 @@ print(json.dumps({"modules": sorted(n for n in sys.modules if n.startswith("step
 
 @pytest.mark.slow
 def test_the_jax_entry_point_is_loaded_once(tmp_path):
-    """`python -m steps.parallel.jax` runs a cell and no module imports the entry point back, nor
+    """`python -m steps.sharding.jax` runs a cell and no module imports the entry point back, nor
     any module under a second name (the old jax_mlp.py ran as __main__ and was imported again as
-    steps.parallel.jax_mlp by jax_gpt.py and jax_lessons.py)."""
+    steps.sharding.jax_mlp by jax_gpt.py and jax_lessons.py)."""
     plan = {
         "backend": "jax_jit",
         "strategy": "dp",
@@ -170,7 +170,7 @@ def test_the_jax_entry_point_is_loaded_once(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "steps.parallel.jax.engine" in seen["modules"] and "steps.parallel.jax.__main__" not in seen["modules"]
+    assert "steps.sharding.jax.engine" in seen["modules"] and "steps.sharding.jax.__main__" not in seen["modules"]
     assert seen["files_loaded_twice"] == []
     assert not seen["torch"]  # no cross_backend: the JAX process stays torch-free
     assert json.loads((tmp_path / "rank0.json").read_text())["dparam"] <= 1e-5

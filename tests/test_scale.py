@@ -15,11 +15,11 @@ from steps.analytic import params as P
 from steps.config import cell_config, load_config
 from steps.core import InputError
 from steps.models.shapes import GPT2, LLAMA3, Shape
-from steps.parallel.plan import PlanError
-from steps.sim.cluster import Cluster, Link
-from steps.sim.fakeworld import leave_fake_world
-from steps.sim.scale_plan import ScalePlan
-from steps.sim.steptime import memory, predict
+from steps.scale.cluster import Cluster, Link
+from steps.scale.fakeworld import leave_fake_world
+from steps.scale.scale_plan import ScalePlan
+from steps.scale.steptime import memory, predict
+from steps.sharding.plan import PlanError
 from tests.conftest import DEFAULT, run_stage
 
 SIZES = dict(n_embd=64, n_layer=3, n_head=8, vocab_size=256, block_size=32)
@@ -40,7 +40,7 @@ CLUSTER = dict(
 
 @pytest.fixture(autouse=True, scope="module")
 def no_fake_world_left_behind():
-    """steps.sim keeps its fake process group between simulations (one per job); these tests end it,
+    """steps.scale keeps its fake process group between simulations (one per job); these tests end it,
     so later test modules can start a real one (test_sharding's gloo world of one)."""
     yield
     leave_fake_world()
@@ -51,7 +51,7 @@ def no_fake_world_left_behind():
 def test_fake_world_step_equals_analytic_bytes(family, mesh):
     """World 8, FSDP2 / TP / HSDP / DP on the real module: state and communication bytes equal the
     formulas exactly; saved activations too, but for the 4-byte fp32 loss scalar."""
-    from steps.sim import fakeworld as fw
+    from steps.scale import fakeworld as fw
 
     shape = Shape.from_fields("tiny", TINY[family])
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32})
@@ -65,7 +65,7 @@ def test_fake_world_step_equals_analytic_bytes(family, mesh):
     tokens = 2 * 32
     assert step.saved_per_layer == Act.layer_bytes_per_token(shape, plan) * tokens
     if plan.axis("tp") == 1:  # docs/scale.md's term-by-term gap to the Playbook's 34·d, against the simulation
-        from steps.sim.versus import playbook_gap_terms
+        from steps.scale.versus import playbook_gap_terms
 
         gap = sum(playbook_gap_terms(shape).values()) * tokens
         assert step.saved_per_layer - Act.korthikanti_per_layer(shape, plan) == gap
@@ -78,8 +78,8 @@ def test_zero2_predicted_state_equals_the_simulated_state(family, mesh):
     """ZeRO-2 as simulated (FSDP2, reshard_after_forward=False): the fp32 shards and the held bf16
     parameters are what the memory prediction (and so `fits`) counts, to the byte: 2Ψ + 16Ψ/N,
     where the reported Playbook state is 2Ψ + 14Ψ/N."""
-    from steps.sim import fakeworld as fw
-    from steps.sim.versus import setup
+    from steps.scale import fakeworld as fw
+    from steps.scale.versus import setup
 
     shape = Shape.from_fields("tiny", TINY[family])
     plan = ScalePlan.from_params({"mesh": mesh, "zero": 2, "local_batch": 2, "seq": 32})
@@ -104,7 +104,7 @@ def test_zero1_predicted_state_holds_gradients_in_the_comm_dtype():
 
 
 def test_depth_extrapolation_equals_a_full_depth_step():
-    from steps.sim import fakeworld as fw
+    from steps.scale import fakeworld as fw
 
     shape = Shape.from_fields("tiny", {**TINY["llama"], "n_layer": 4})
     mesh = {"fsdp": 2, "tp": 4}
@@ -230,8 +230,8 @@ def gloo_runs(tmp_path_factory):
 def test_simulated_bytes_equal_the_gloo_cells_exactly(gloo_runs, cell):
     """DP (DDP, simulated as HSDP with a shard axis of one), FSDP2, TP, dp×tp, fsdp×tp: rank 0's
     state after the step and its first step's collective bytes, simulated = measured on gloo."""
-    from steps.parallel.plan import Plan
-    from steps.sim.replay_sharding import measured, replay
+    from steps.scale.replay_sharding import measured, replay
+    from steps.sharding.plan import Plan
 
     sim, got = replay(Plan.from_params({**sharding_params(cell), "seed": 0})), measured(gloo_runs[cell])
     assert sim["state_bytes"] == got["state_bytes"]
@@ -247,8 +247,8 @@ def test_sequence_parallel_gap_is_the_norm_gradients(gloo_runs):
     """SP: the replay also counts the all-reduce of the sequence-parallel norms' gradients, which
     FSDP2's post-backward issues; the gloo cell (no FSDP) runs it in the optimizer step, outside
     its counter. 2 layers × 2 LayerNorms × (weight + bias) of 32 fp32, ring factor 1 at tp = 2."""
-    from steps.parallel.plan import Plan
-    from steps.sim.replay_sharding import measured, replay
+    from steps.scale.replay_sharding import measured, replay
+    from steps.sharding.plan import Plan
 
     sim = replay(Plan.from_params({**sharding_params("native_tp_sp"), "seed": 0}))
     got = measured(gloo_runs["native_tp_sp"])
@@ -274,9 +274,9 @@ def test_swiglu_gqa_under_tp_equals_analytic():
     import torch
 
     from steps.analytic.costs import gpt_costs
-    from steps.parallel.gpt_init import full_model
-    from steps.parallel.plan import Plan
-    from steps.sim.replay_sharding import replay
+    from steps.scale.replay_sharding import replay
+    from steps.sharding.gpt_init import full_model
+    from steps.sharding.plan import Plan
 
     gpt = dict(vocab_size=128, block_size=16, n_layer=2, n_head=4, n_embd=32, mlp="swiglu", n_kv_head=2, bias=False)
     for mesh, strategy in (({"tp": 2}, "tp"), ({"fsdp": 2, "tp": 2}, "fsdp_tp")):
@@ -302,8 +302,8 @@ def test_simulated_ac_sp_zero2_against_analytic(mesh, extra):
     but each block's last TP collective); the forward's saved bytes equal `kept` (+ the 4-byte
     loss); SP saves torch's gathered norm outputs on top of Megatron's count; ZeRO-2's state is the
     Playbook's + 2Ψ/N (FSDP2's gradient shards are fp32)."""
-    from steps.sim import fakeworld as fw
-    from steps.sim.versus import compare, setup
+    from steps.scale import fakeworld as fw
+    from steps.scale.versus import compare, setup
 
     shape = Shape.from_fields("tiny", TINY["gpt2"])
     plan = ScalePlan.from_params({"mesh": mesh, "local_batch": 2, "seq": 32, **extra})
@@ -353,7 +353,7 @@ def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
     import matplotlib.axes
     import pandas as pd
 
-    from steps.sim.figures import world_curves
+    from steps.scale.figures import world_curves
 
     rows = [
         ("m1", "c80", "fsdp8", 8, "2 × 8192", "fits: 60.0 GiB of 80", 60.0, 5000.0),
@@ -383,10 +383,10 @@ TINY_MOE = dict(
 @pytest.mark.parametrize("mesh", [{"fsdp": 8}, {"fsdp": 2, "ep": 4}, {"ep": 8}], ids=["fsdp8", "fsdp2xep4", "ep8"])
 def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
     """A tiny Mixtral-like MoE (8 experts, top-2) at world 8: FSDP2 alone, and expert parallelism with
-    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/sim/balanced_moe.py):
+    the dense parameters FSDP2 over fsdp × ep and the experts over ep then fsdp (steps/scale/balanced_moe.py):
     the simulated state and every collective's bytes (the all-to-alls included) equal analytic.py's."""
     from steps.models.shapes import SHAPES
-    from steps.sim import fakeworld as fw
+    from steps.scale import fakeworld as fw
 
     monkeypatch.setitem(SHAPES, "tiny-moe", dict(SHAPES["mixtral-8x7b"], **TINY_MOE))
     shape = Shape.of("tiny-moe")
@@ -408,7 +408,7 @@ def test_moe_fake_world_step_equals_analytic_bytes(monkeypatch, mesh):
 
 def test_moe_step_time_charges_the_all_to_all():
     """The α–β model prices EP's all-to-alls (ep inside a node: NVLink), all of them exposed."""
-    from steps.sim.steptime import predict
+    from steps.scale.steptime import predict
 
     shape = Shape.of("mixtral-8x7b")
     c = Cluster.from_config("t", CLUSTER)
@@ -426,7 +426,7 @@ def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
     """The simulated MoE layer's saved bytes exceed analytic.moe_bytes_per_token (+ the llama formula
     for the rest) by exactly the gap its docstring states: 6d + head_dim + 4 + k·(2d + 30) per token."""
     from steps.models.shapes import SHAPES
-    from steps.sim import fakeworld as fw
+    from steps.scale import fakeworld as fw
 
     k = sizes.pop("top_k")
     spec = dict(SHAPES["mixtral-8x7b"], **{**TINY_MOE, **sizes})
@@ -441,7 +441,7 @@ def test_moe_saved_bytes_gap_is_the_documented_one(monkeypatch, sizes):
 
 
 def test_moe_plan_errors_name_the_cell():
-    from steps.scale import check_moe
+    from steps.scale.stage import check_moe
 
     dense = Shape.from_fields("tiny", TINY["llama"])
     mixtral = Shape.of("mixtral-8x7b")

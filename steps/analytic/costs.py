@@ -14,7 +14,7 @@ from steps.analytic.comm import gpt_comm, mlp_comm, ring_all_reduce, ring_bytes
 from steps.analytic.params import gpt_local_params, mlp_local_params, mlp_psi
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
-    from steps.parallel.plan import Plan
+    from steps.sharding.plan import Plan
 
 
 def mlp_costs(plan: Plan) -> dict:
@@ -36,7 +36,7 @@ def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = N
 
 
 def gshard_moe_costs(plan: Plan, router: int, experts: int) -> dict:
-    """The JAX MoE blocks' analytic() (steps/parallel/jax/moe_blocks.py: GShard's dense dispatch), `router` and
+    """The JAX MoE blocks' analytic() (steps/sharding/jax/moe_blocks.py: GShard's dense dispatch), `router` and
     `experts` their parameter counts. State: router + E/N experts per device. Comm per step: four
     all-to-alls of the (E, cap, C) buffer per layer (cap = the device's B·T/N tokens) less one: the
     first layer's dispatch needs no transpose (the input needs no gradient and the routing one-hots

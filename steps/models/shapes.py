@@ -10,7 +10,7 @@ DeepSeekMoE / Qwen-MoE split the FFN, without their shared experts).
     Shape.of("llama-3-70b")                      # the same shape as the analytic model reads it (no torch)
 
 The one registry of model shapes: the scale stage's cells name one (`model: llama-3.1-8b`), the
-simulator builds it (steps/sim/recipe.py) and the analytic model (steps/analytic/) reads its Shape.
+simulator builds it (steps/scale/recipe.py) and the analytic model (steps/analytic/) reads its Shape.
 Importing this module imports no torch (GPTConfig and the meta-device model are imported where
 they are built), so the scale stage's analytic cells stay torch-free.
 

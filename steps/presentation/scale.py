@@ -6,7 +6,7 @@ from steps.core.stage import Presentation
 
 
 def report_figures(table, out_dir, folders):
-    from steps.sim.figures import world_curves  # report-side only (matplotlib)
+    from steps.scale.figures import world_curves  # report-side only (matplotlib)
 
     return world_curves(table, out_dir)
 

@@ -8,7 +8,7 @@ from steps.core.stage import Presentation
 def report_figures(table, out_dir, folders):
     """Each seed's score per cell (dots) and the mean (bar): is a gap to gensim more than the
     seed-to-seed spread?"""
-    from steps.w2v.figures import seed_scores_figure  # report-side only (matplotlib)
+    from steps.word2vec.figures import seed_scores_figure  # report-side only (matplotlib)
 
     metric_columns = {ref.partition(".")[2]: title for title, ref in SHOWN.columns.items()}
     return seed_scores_figure(table, out_dir, folders, metric_columns)
@@ -33,11 +33,11 @@ SHOWN = Presentation(
         "negatives": "info.negatives",
         "seeds": "metrics.seeds",
         "words/s": "metrics.words_per_s",
-        # ours vs gensim interleaved in one job, equal threads (steps/w2v/versus.py)
+        # ours vs gensim interleaved in one job, equal threads (steps/word2vec/versus.py)
         "× gensim, side by side": "metrics.speed_vs_gensim",
         "× gensim 95 % interval": "info.speed_vs_gensim",
         "compile s (not in words/s)": "metrics.compile_s",
-        # like with like: the questions every cell's vocabulary answers (steps/w2v/questions.py)
+        # like with like: the questions every cell's vocabulary answers (steps/word2vec/questions.py)
         "analogy acc, common questions": "metrics.analogy_acc",
         "common questions": "metrics.analogy_n",
         "analogy acc, own questions": "metrics.analogy_full_acc",

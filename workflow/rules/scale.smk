@@ -1,4 +1,4 @@
-# Sharding beyond this machine: one job per model × cluster × plan cell (steps/scale.py). A cell
+# Sharding beyond this machine: one job per model × cluster × plan cell (steps/scale/stage.py). A cell
 # simulates one rank at full world size on torch's fake process group (nothing big is allocated)
 # and runs the analytic and step-time models; one core each, so two cells share the 2 cores.
 

@@ -7,7 +7,7 @@ rule sharding:
     params: **stage_params("steps.sharding")
     log: "results/logs/sharding/{cell}.log"
     benchmark: "results/benchmarks/sharding/{cell}.tsv"
-    # A cell's devices per node: its torch ranks, or its JAX mesh, over its nodes (steps/parallel/launch.py).
+    # A cell's devices per node: its torch ranks, or its JAX mesh, over its nodes (steps/sharding/launch.py).
     resources:
         gpu=job_gpus(lambda p: math.ceil(math.prod((p.get("mesh") or {}).values())
                                          / max(int((p.get("launch") or {}).get("nnodes") or 1), 1))),

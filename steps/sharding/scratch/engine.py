@@ -1,0 +1,85 @@
+"""The from-scratch engine: one of dp/tp/fsdp/pp (or dp×tp: DataParallel over TP shards) built
+from the plan, behind the RankEngine interface the rank loop drives (engines.py).
+
+BUILDERS maps each strategy to a function returning (the sharded MLP, this rank's index on the
+data axis, that axis' size); the engine registry lists these strategies for torch_scratch.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from steps.analytic import costs
+from steps.sharding.plan import Plan
+from steps.sharding.reference import mlp_reference
+from steps.sharding.scratch.dp import DataParallel
+from steps.sharding.scratch.fsdp import FullyShardedMLP
+from steps.sharding.scratch.pp import PipelineMLP
+from steps.sharding.scratch.tp import TensorParallelMLP
+from steps.sharding.toy_mlp import MLP
+from steps.sharding.toy_mlp_init import init_mlp, make_batch
+
+
+def _whole_world() -> tuple[int, int]:
+    return dist.get_rank(), dist.get_world_size()
+
+
+def build_dp(plan: Plan, full: dict):
+    return DataParallel(MLP(full)), *_whole_world()
+
+
+def build_fsdp(plan: Plan, full: dict):
+    return FullyShardedMLP(full), *_whole_world()
+
+
+def build_tp(plan: Plan, full: dict):
+    return TensorParallelMLP(full), 0, 1
+
+
+def build_pp(plan: Plan, full: dict):
+    return PipelineMLP(full, plan.schedule, plan.microbatches), 0, 1
+
+
+def build_dp_tp(plan: Plan, full: dict):
+    mesh = init_device_mesh(torch.get_default_device().type, tuple(plan.mesh.values()), mesh_dim_names=tuple(plan.mesh))
+    model = DataParallel(TensorParallelMLP(full, mesh.get_group("tp")), mesh.get_group("dp"))
+    return model, mesh.get_local_rank("dp"), plan.axis("dp")
+
+
+BUILDERS = {"dp": build_dp, "fsdp": build_fsdp, "tp": build_tp, "pp": build_pp, "dp_tp": build_dp_tp}
+
+
+class ScratchEngine:
+    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy."""
+
+    def __init__(self, plan: Plan, dtype):
+        self.plan, self.dtype = plan, dtype
+        self.full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
+        self.model, self.data_rank, self.data_size = BUILDERS[plan.strategy](plan, self.full)
+
+    def batch(self, step: int, dtype):
+        x, y = (
+            torch.tensor(a, dtype=dtype)
+            for a in make_batch(self.plan.batch_size, self.plan.mlp["dim"], self.plan.seed, step)
+        )
+        return tuple(t.chunk(self.data_size)[self.data_rank] for t in (x, y))
+
+    def train_step(self, batch) -> torch.Tensor:
+        return self.model.train_step(*batch)
+
+    def full_state(self, kind: str) -> dict[str, torch.Tensor]:
+        return self.model.full_state(kind)
+
+    def reference(self):
+        return mlp_reference(self.plan, self.full, self.dtype)
+
+    def analytic(self) -> dict:
+        return costs.mlp_costs(self.plan)
+
+    def comm_mode(self, counter, world: int):
+        """Nothing to add: every collective goes through comm.py's counted wrappers."""
+        return nullcontext()

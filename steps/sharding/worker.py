@@ -1,0 +1,182 @@
+"""One rank of a torch cell: `torchrun ... -m steps.sharding.worker --plan JSON --out DIR`.
+
+The rank's loop only: build the plan's engine (engines.py), train K steps, and measure. Rank 0
+runs the engine's single-device reference on the same global batches from the same weights and
+hands it to every rank; EVERY rank compares its loss, its view of the gradients (every step) and of
+the parameters (after K steps) with it (parity.max_delta), and the ranks' views are compared with
+each other (parity.replica_spread): a replica that drifts cannot hide behind rank 0.
+Each rank writes DIR/rank<r>.json; the parent (launch.py) gathers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from steps import hardware
+from steps.sharding import comm, engines, nodes
+from steps.sharding.parity import max_delta, replica_spread
+from steps.sharding.plan import Plan, plan_from_argv
+from steps.sharding.reference import DTYPES
+
+
+def local_bytes(tensors) -> int:
+    total = 0
+    for t in tensors:
+        if t is None:
+            continue
+        t = t.to_local() if hasattr(t, "to_local") else t
+        total += t.numel() * t.element_size()
+    return total
+
+
+def state_bytes(params, opt) -> dict:
+    """Params, grads and optimizer moments this rank holds (DTensor: its local shard)."""
+    moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
+    return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params), "optim": local_bytes(moments)}
+
+
+def device_sync() -> None:
+    """Wait for this rank's GPU before reading the clock: kernels and NCCL collectives run
+    asynchronously, so without it a step's time is the time to launch it. No-op on the CPU."""
+    if torch.get_default_device().type == "cuda":  # main() sets it under NCCL
+        torch.cuda.synchronize()
+
+
+def maybe_fault(plan: Plan, rank: int, step: int, out: Path) -> None:
+    """Deliberate failure for the launcher's fail-fast test: a rank that exits or hangs; or every
+    rank pausing hold_s before step at_step, after writing out/hold.rank<r> (the cut-link test
+    takes a link down meanwhile, so the step's collectives meet a dead link)."""
+    f = plan.fault
+    if f.get("hold_s", 0) and step == f.get("at_step", 1):
+        (out / f"hold.rank{rank}").write_text(str(time.time()))
+        time.sleep(float(f["hold_s"]))
+    if f.get("kill_rank", -1) == rank and step == f.get("at_step", 1):
+        if f.get("mode", "exit") == "hang":
+            time.sleep(10**6)
+        os._exit(17)
+
+
+@torch.no_grad()
+def maybe_diverge(plan: Plan, named_params, rank: int, step: int) -> None:
+    """Test fixture (fault.diverge_rank): after the optimizer step of fault.at_step, that rank adds
+    fault.diverge_by to one element of its first non-empty parameter whose name contains
+    fault.diverge_param ("" = any: its replica or its shard; "experts" = one of its own experts),
+    as a bug in one rank's update would. The cell's parity check must fail."""
+    f = plan.fault
+    if f.get("diverge_rank", -1) != rank or step != f.get("at_step", 1):
+        return
+    for name, p in named_params:
+        local = p.to_local() if hasattr(p, "to_local") else p
+        if local.numel() and f.get("diverge_param", "") in name:
+            local.view(-1)[0] += float(f.get("diverge_by", 1e-3))
+            return
+
+
+def check_loss_dtype(loss: torch.Tensor, dtype) -> None:
+    """A float64 plan whose loss comes back float32 compares float32 rounding against 1e-12."""
+    if loss.dtype != dtype:
+        raise RuntimeError(
+            f"parity: the engine's loss is {loss.dtype} in a {dtype} plan: the loss is computed below "
+            "the plan's precision (a .float() on the logits?), so the loss parity would measure that rounding"
+        )
+
+
+def run(plan: Plan, out: Path) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dtype = DTYPES[plan.dtype]
+    torch.manual_seed(plan.seed)
+    engine = engines.load(plan)(plan, dtype)
+    ref = comm.from_rank0(engine.reference() if rank == 0 else None)  # (losses, grads, final params)
+    named = [(n, p) for n, p in engine.model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    opt = plan.optimizer_for(params)
+    counter = comm.COUNTER
+    rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
+    groups: dict[str, float] = {}
+    spreads = []  # (max |view_r - view_0| over the ranks, name): gradients every step, then parameters
+    hardware.reset_peak_rss()
+    for step in range(plan.steps):
+        maybe_fault(plan, rank, step, out)
+        batch = engine.batch(step, dtype)
+        dist.barrier()
+        device_sync()
+        counter.reset()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with engine.comm_mode(counter, world):
+            loss = engine.train_step(batch)
+        opt.step()
+        device_sync()
+        rec["step_s"].append(time.perf_counter() - t0)
+        maybe_diverge(plan, named, rank, step)
+        rec["comm_bytes"].append(counter.bytes)
+        rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
+        for key, sent in counter.groups.items():  # per group of ranks: nodes.per_link's input
+            groups[key] = groups.get(key, 0.0) + sent / plan.steps  # mean per step, as comm_bytes_step
+        check_loss_dtype(loss, dtype)
+        loss = loss.detach().clone()
+        dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)
+        rec["losses"].append(loss.item() / world)
+        rec["dloss"].append(abs(rec["losses"][-1] - ref[0][step]))
+        grads = engine.full_state("grad")
+        delta, rec["dgrad_where"] = max_delta(grads, ref[1][step])
+        rec["dgrad"].append(delta)
+        spreads.append(replica_spread(comm.all_states(grads)))
+    rec["peak_rss_bytes"] = hardware.peak_rss_bytes()
+    rec["state_bytes"] = state_bytes(params, opt)
+    final = engine.full_state("param")
+    rec["dparam"], rec["dparam_where"] = max_delta(final, ref[2])
+    spreads.append(replica_spread(comm.all_states(final)))
+    rec["replica_spread"], rec["replica_where"] = max(spreads)
+    rec["analytic"] = engine.analytic()
+    rec["max_inflight"] = getattr(engine.model, "max_inflight", 0)
+    rec["comm_groups"] = groups
+    rec["node"], rec["local_world"] = (
+        int(os.environ.get("GROUP_RANK", 0)),
+        int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+    )
+    # rank 0 writes every rank's record: the launcher of node 0 reads them without a shared filesystem
+    recs = [None] * world if rank == 0 else None
+    dist.gather_object(rec, recs, dst=0)
+    for r in recs or []:
+        (out / f"rank{r['rank']}.json").write_text(json.dumps(r, indent=1))
+    return rec
+
+
+def exchange_peers(out: Path) -> None:
+    """Multi-node: every node's address on every rank; each node's local rank 0 writes
+    out/peers.json, from which a failed launch names the node it cannot reach (nodes.diagnose)."""
+    world, local = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    if local == world:
+        return
+    me = {"node": int(os.environ.get("N00BGPT_NODE_RANK", 0)), "addr": os.environ.get("N00BGPT_NODE_ADDR", "")}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, me)
+    if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+        nodes.write_peers(out / "peers.json", list({p["node"]: p for p in everyone}.values()))
+
+
+def main() -> None:
+    plan, out = plan_from_argv()
+    torch.set_num_threads(1)
+    backend = plan.launch.get("dist_backend", "gloo")
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(plan.launch.get("timeout_s", 120))))
+    if backend == "nccl":  # CUDA: every factory call below lands on this rank's GPU (untested here: no GPU)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.set_default_device(f"cuda:{torch.cuda.current_device()}")
+    try:
+        exchange_peers(out)
+        run(plan, out)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

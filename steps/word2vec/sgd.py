@@ -1,0 +1,69 @@
+"""The hand-written SGD step (word2vec's update, vectorised over a batch of windows and compiled)
+and the pool of negative draws it consumes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from steps.word2vec.model import pair_weights, pool, scores, sgns_loss, targets_of
+
+
+def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
+    """One SGD step on a batch of windows without autograd; adds (loss, pairs) of the batch,
+    before the step, to `acc` (a tensor: no host sync per step).
+
+    With s = h·v, d loss/d s = σ(s) - label, so with g = lr·(label - σ(s))·weight:
+    v += g h and h += Σ g v (both from the old values, as word2vec.c), scattered with
+    index_add_. Pure tensor ops, so torch.compile turns it into one loop nest per window size
+    (gather, dot products, sigmoid, scatter) with no (B, 2w, 1 + K, d) temporaries."""
+    targets = targets_of(center, negatives)
+    h = inp[ctx]
+    share = None
+    if cbow:
+        h, share = pool(h, mask)
+    v = out[targets]
+    s = scores(h, v)
+    weight = pair_weights(mask, targets, share)
+    label = torch.zeros(s.shape[-1], dtype=s.dtype, device=s.device)
+    label[0] = 1
+    g = (label - torch.sigmoid(s)) * weight * lr
+    dh = (g.unsqueeze(-1) * v).sum(2)  # (B, rows, d)
+    dv = g.unsqueeze(-1) * h.unsqueeze(2)  # (B, rows, 1 + K, d)
+    if targets.shape[1] != dv.shape[1]:  # shared negatives: sum the rows
+        dv = dv.sum(1, keepdim=True)
+    if share is not None:  # CBOW: each member its share
+        dh = dh * share.unsqueeze(2)
+    d = inp.shape[1]
+    out.index_add_(0, targets.reshape(-1), dv.reshape(-1, d))
+    inp.index_add_(0, ctx.reshape(-1), dh.reshape(-1, d))
+    acc.add_(torch.stack([sgns_loss(s, weight), weight[..., 0].sum()]))
+
+
+def make_sgd_step(compile_: bool, window: int = 5):
+    """The SGD step, compiled with static shapes (one graph per window size b) or eager.
+    Indirect-index bounds asserts are dropped from the generated loops: gather_windows clamps
+    every position and the vocabulary ids come from our own tables."""
+    step = torch.no_grad()(sgd_step)
+    if not compile_:
+        return step
+    dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
+    return torch.compile(step, dynamic=False, options={"assert_indirect_indexing": False})
+
+
+class NegativePool:
+    """Negative words drawn from the unigram^0.75 table in blocks of ~1 M with numpy and handed
+    out as views: one torch.randint + gather per step cost as much as a third of the step."""
+
+    def __init__(self, table: np.ndarray, rng: np.random.Generator, device, block: int = 1 << 20):
+        self.table, self.rng, self.device, self.block = table, rng, device, block
+        self.buf, self.pos = torch.empty(0, dtype=torch.int64), 0
+
+    def take(self, shape: tuple[int, ...]) -> torch.Tensor:
+        n = int(np.prod(shape))
+        if self.pos + n > len(self.buf):
+            draws = self.table[self.rng.integers(0, len(self.table), max(self.block, n))]
+            self.buf, self.pos = torch.from_numpy(draws.astype(np.int64)).to(self.device), 0
+        self.pos += n
+        return self.buf[self.pos - n : self.pos].view(shape)

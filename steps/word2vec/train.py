@@ -1,0 +1,237 @@
+"""The PyTorch trainer: epochs of subsampled, dynamically windowed examples in batches of windows.
+
+Two update paths, equal up to float rounding (tests/test_word2vec.py checks it):
+- `autograd`: loss.backward() gives sparse embedding gradients, any torch optimizer steps them
+  (SGD, SparseAdam, Adagrad — the optimizer comparison).
+- `fused` SGD: the same gradient written out by hand and applied with `index_add_` (what
+  word2vec.c does per pair, vectorised over a batch of windows), compiled by torch.compile.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import numpy as np
+import torch
+
+from steps.config import ConfigError
+from steps.word2vec.model import SGNS, targets_of
+from steps.word2vec.sgd import NegativePool, make_sgd_step
+from steps.word2vec.vocab import Vocab
+from steps.word2vec.windows import plan_epoch
+
+OPTIMIZERS = ("sgd", "sparseadam", "adagrad")
+
+
+@dataclass
+class TrainConfig:
+    arch: str = "skipgram"  # skipgram | cbow
+    dim: int = 100
+    window: int = 5
+    negative: int = 5
+    sample: float = 1e-3
+    epochs: int = 5
+    optimizer: str = "sgd"  # sgd | sparseadam | adagrad
+    lr: float = 0.025
+    min_lr: float = 1e-4
+    schedule: str = "linear"  # linear (word2vec's decay to min_lr) | constant
+    batch_size: int = 512  # windows (center words) per step
+    shared_negatives: bool = True  # one set of K negatives per window (False: per pair)
+    fused: bool = True  # hand-written SGD step (only with optimizer sgd)
+    compile: bool = True  # torch.compile the fused step
+    table_size: int = 1_000_000
+    chunk_words: int = 4_000_000  # tokens whose examples are built at once
+    log_every: int = 50
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, params: dict, **extra) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        cfg = cls(**{k: v for k, v in {**params, **extra}.items() if k in names})
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """The code-path guard behind the schema minimums (a hand-made config meets it too);
+        ConfigError is a ValueError that the stage reports as one line, without a traceback."""
+        for key in ("dim", "window", "negative", "epochs", "batch_size", "table_size", "chunk_words"):
+            if int(getattr(self, key)) < 1:
+                raise ConfigError(f"word2vec: {key} must be >= 1, got {getattr(self, key)}")
+        if self.arch not in ("skipgram", "cbow"):
+            raise ConfigError(f"word2vec: arch must be skipgram or cbow, got {self.arch!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"word2vec: optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.fused and self.optimizer != "sgd":
+            raise ConfigError(
+                "word2vec: fused=true is the hand-written SGD step; use optimizer sgd or set fused: false"
+            )
+        if not self.lr > 0:
+            raise ConfigError(f"word2vec: lr must be > 0, got {self.lr}")
+
+
+def make_optimizer(model: SGNS, cfg: TrainConfig):
+    params = list(model.parameters())
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr)
+    if cfg.optimizer == "sparseadam":
+        return torch.optim.SparseAdam(params, lr=cfg.lr)
+    return torch.optim.Adagrad(params, lr=cfg.lr)
+
+
+def chunk_bounds(sid: np.ndarray, chunk_words: int) -> list[tuple[int, int]]:
+    """Token ranges of about chunk_words, cut at sentence starts (no window crosses a cut), so
+    an epoch's examples never have to be in memory all at once."""
+    starts = np.flatnonzero(np.diff(sid, prepend=-1))
+    cuts = [0]
+    for pos in starts:
+        if pos - cuts[-1] >= chunk_words:
+            cuts.append(int(pos))
+    return list(zip(cuts, cuts[1:] + [len(sid)]))
+
+
+class Trainer:
+    """One model and its update path, ready to train token ranges. The setup (model, negative
+    table, the compiled step and its warm-up on empty windows) happens once, here; its time is
+    `compile_s` (Inductor caches the kernels on disk), never counted in words/s."""
+
+    def __init__(self, vocab: Vocab, cfg: TrainConfig, device="cpu"):
+        cfg.check()
+        self.cfg, self.device = cfg, torch.device(device)
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.model = SGNS(len(vocab), cfg.dim).to(self.device)
+        self.keep = vocab.keep_prob(cfg.sample)
+        self.negatives = NegativePool(vocab.negative_table(cfg.table_size), self.rng, self.device)
+        self.cbow = cfg.arch == "cbow"
+        self.step_fn = make_sgd_step(cfg.compile, cfg.window) if cfg.fused else None
+        self.opt = None if cfg.fused else make_optimizer(self.model, cfg)
+        self.lr = torch.tensor(cfg.lr, device=self.device)
+        self.acc = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss, pairs) so far
+        self.steps = 0
+        t0 = time.perf_counter()
+        if self.step_fn is not None and cfg.compile:
+            self._warm_up()
+        self.compile_s = time.perf_counter() - t0
+
+    def rows(self, width: int) -> int:
+        """Target rows per window: shared negatives (or CBOW's one input) vs one draw per pair."""
+        return 1 if self.cbow or self.cfg.shared_negatives else width
+
+    def step(self, ctx, mask, center) -> None:
+        cfg, model = self.cfg, self.model
+        negs = self.negatives.take((len(center), self.rows(ctx.shape[1]), cfg.negative))
+        if self.step_fn is not None:
+            self.step_fn(model.inp.data, model.out.data, ctx, mask, center, negs, self.lr, self.cbow, self.acc)
+            return
+        for group in self.opt.param_groups:
+            group["lr"] = float(self.lr)
+        self.opt.zero_grad(set_to_none=True)
+        loss = model(ctx, mask, targets_of(center, negs), self.cbow)
+        loss.backward()
+        self.opt.step()
+        pairs = (mask.any(1) if self.cbow else mask).sum()
+        self.acc.add_(torch.stack([loss.detach().double(), pairs.double()]))
+
+    def _warm_up(self) -> None:
+        """Compile each window size's graph on empty windows (a no-op update)."""
+        cfg, dev = self.cfg, self.device
+        center = torch.zeros(cfg.batch_size, dtype=torch.int64, device=dev)
+        for w in range(1, cfg.window + 1):
+            ctx = torch.zeros(cfg.batch_size, 2 * w, dtype=torch.int64, device=dev)
+            negs = torch.zeros(cfg.batch_size, self.rows(2 * w), cfg.negative, dtype=torch.int64, device=dev)
+            try:
+                self.step_fn(
+                    self.model.inp.data, self.model.out.data, ctx, ctx > 0, center, negs, self.lr, self.cbow, self.acc
+                )
+            except Exception as exc:  # no C++ compiler, unsupported platform, ...
+                raise ConfigError(
+                    f"word2vec: torch.compile of the SGD step failed "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                    f"fix: install a C++ compiler (g++) or set word2vec.compile: false"
+                ) from exc
+        self.acc.zero_()
+
+    def train_range(self, ids: np.ndarray, sid: np.ndarray, rate: Callable[[int, int], float], after=None) -> None:
+        """One pass over a token range: plan it (subsampling, windows; numpy, timed as part of
+        training, as gensim's own is), then step through its batches. With the linear schedule
+        `rate(i, n)` is the learning rate at batch i of n; `after(i, n)` runs after each step."""
+        cfg = self.cfg
+        plan = plan_epoch(ids, sid, self.keep, cfg.window, cfg.batch_size, self.rng, self.device)
+        n = len(plan.batches)
+        for i, batch in enumerate(plan.batches, 1):
+            if cfg.schedule == "linear":
+                self.lr.fill_(rate(i, n))
+            self.step(*batch)
+            self.steps += 1
+            if after is not None:
+                after(i, n)
+
+    def vectors(self) -> np.ndarray:
+        return self.model.inp.detach().cpu().numpy().astype(np.float32)
+
+
+def train(
+    vocab: Vocab,
+    ids: np.ndarray,
+    sid: np.ndarray,
+    raw_words: int,
+    cfg: TrainConfig,
+    device="cpu",
+    progress=None,
+    log=None,
+) -> tuple[np.ndarray, dict]:
+    """Train and return (input vectors as float32 numpy, stats). `raw_words` = corpus tokens per
+    epoch including out-of-vocabulary ones: words/s counts them, as gensim's raw word count does.
+    `progress(total=...)` makes a tqdm-like bar; `log(metrics, step)` receives the loss.
+    The timer starts after the compile warm-up (reported as compile_s)."""
+    trainer = Trainer(vocab, cfg, device)
+    acc, lr = trainer.acc, trainer.lr
+    bounds = chunk_bounds(sid, cfg.chunk_words)
+    total = raw_words * cfg.epochs
+    bar = progress(total=total, unit="w", unit_scale=True, desc="word2vec") if progress else None
+    losses, last = [], [(0.0, 0.0)]
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for epoch in range(cfg.epochs):
+        for a, z in bounds:
+            chunk_raw, done = raw_words * (z - a) / len(ids), [0]
+
+            def frac(i, n):  # share of the whole training done after batch i of this chunk's n
+                return (epoch + (a + (z - a) * i / n) / len(ids)) / cfg.epochs
+
+            def rate(i, n):  # word2vec: decay linearly with words processed
+                return max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac(i, n))
+
+            def after(i, n):
+                if trainer.steps % cfg.log_every == 0:  # mean loss per pair since the last log
+                    now = acc.tolist()
+                    losses.append((now[0] - last[0][0]) / max(now[1] - last[0][1], 1.0))
+                    last[0] = now
+                    if log:
+                        log({"loss": losses[-1], "lr": float(lr), "epoch": frac(i, n) * cfg.epochs}, trainer.steps)
+                if bar is not None:
+                    words = int(chunk_raw * i / n) - done[0]
+                    bar.update(words)
+                    done[0] += words
+
+            trainer.train_range(ids[a:z], sid[a:z], rate, after)
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if bar is not None:
+        bar.close()
+    pairs = float(acc[1])
+    stats = {
+        "train_seconds": seconds,
+        "words_per_s": total / seconds,
+        "train_cpu_s": cpu,
+        "words_per_cpu_s": total / cpu,
+        "compile_s": trainer.compile_s,
+        "steps": trainer.steps,
+        "examples": pairs,
+        "examples_per_s": pairs / seconds,
+        "loss_first": losses[0] if losses else float("nan"),
+        "loss_final": losses[-1] if losses else float("nan"),
+    }
+    return trainer.vectors(), stats
