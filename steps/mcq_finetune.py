@@ -11,6 +11,7 @@ from __future__ import annotations
 from steps.core import Stage, StageRun
 from steps.hardware import matmul_peak_flops
 from steps.mcq import data
+from steps.mcq.config import McqFinetuneConfig
 from steps.mcq.evaluate import CHANCE_MAP3, evaluate_split, throughput, validation_scores, write_submission
 from steps.mcq.features import MultipleChoiceCollator
 from steps.mcq.metrics import compute_metrics
@@ -29,17 +30,17 @@ from steps.presentation.mcq_finetune import SHOWN
 
 def run(ctx: StageRun) -> dict:
     # torch is imported (steps.mcq.*) before the job seeds it: the untrained head's init depends on it
-    p, device = ctx.params, ctx.device  # device raises SkipCell on a CUDA cell without CUDA
-    splits = data.load_splits(ctx.inputs["data"], p["val_fraction"], ctx.seed)
-    tok, model, described = load(p["backbone"], p["allow_hub"], p["pooling"], p["dropout"])
+    p, device = McqFinetuneConfig.of(ctx.params), ctx.device  # device raises SkipCell on a CUDA cell without CUDA
+    splits = data.load_splits(ctx.inputs["data"], p.val_fraction, ctx.seed)
+    tok, model, described = load(p.backbone, p.allow_hub, p.pooling, p.dropout)
     ds, rows = to_datasets(
         splits,
         tok,
-        p["use_context"],
-        p["max_length"],
-        {"train": p["max_train"], "validation": p["max_eval"], "test": p["max_eval"]},
+        p.use_context,
+        p.max_length,
+        {"train": p.max_train, "validation": p.max_eval, "test": p.max_eval},
     )
-    train = p["train"] and "train" in ds
+    train = p.train and "train" in ds
     args, precision = training_args(p, ctx.out, ctx.seed, device, train)
     meter = Throughput()
     trainer = CountingTrainer(
@@ -53,8 +54,8 @@ def run(ctx: StageRun) -> dict:
         callbacks=[meter, ToStageRun(ctx)],
     )
     ctx.info.update(
-        backbone=p["backbone"],
-        context="yes" if p["use_context"] else "no",
+        backbone=p.backbone,
+        context="yes" if p.use_context else "no",
         mode="fine-tuned" if train else "zero-shot",
         model=described,
         precision=precision,
@@ -66,18 +67,18 @@ def run(ctx: StageRun) -> dict:
         **{f"n_{k}": len(v) for k, v in ds.items()},
     }
     if train:
-        peak = matmul_peak_flops(peak_dtype(precision), device.type, n=p["peak_matmul_size"])
+        peak = matmul_peak_flops(peak_dtype(precision), device.type, n=p.peak_matmul_size)
         result = trainer.train()
         metrics.update(train_loss=result.training_loss, train_runtime_s=result.metrics["train_runtime"])
         metrics.update(throughput(trainer, meter, model, peak))
-        if p["keep_checkpoint"]:
+        if p.keep_checkpoint:
             ctx.info["checkpoint"] = str(keep_only_best(trainer, ctx.out))
     test_scored = "test" in ds and "label" in ds["test"].column_names
     if train or not test_scored:  # zero-shot selects nothing: its validation pass would only repeat
         metrics.update(validation_scores(trainer, train))  # the test's (a third of the cell's time)
     if "test" in ds:
         templates = rows["test"]["template"].tolist() if "template" in rows["test"] else None
-        scores, logits = evaluate_split(trainer, ds["test"], "test", ctx, p["bootstrap"], templates)
+        scores, logits = evaluate_split(trainer, ds["test"], "test", ctx, p.bootstrap, templates)
         metrics.update(scores)
         sub = write_submission(rows["test"], logits, ctx.out / "submission.csv")
         ctx.log_artifact(sub)

@@ -11,6 +11,7 @@ import datasets
 import pandas as pd
 
 from steps.core import InputError, Stage, StageRun
+from steps.data.config import PrepareCorpusConfig
 from steps.data.text import load_documents
 from steps.presentation.prepare_corpus import SHOWN
 
@@ -29,11 +30,11 @@ def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[st
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
-    docs = [d for d in load_documents(p["source"], p["unit"], p["text_column"]) if len(d["text"]) >= p["min_chars"]]
-    if p["max_documents"]:
-        docs = docs[: p["max_documents"]]
-    splits = split_documents(docs, p["val_fraction"], ctx.seed)
+    p = PrepareCorpusConfig.of(ctx.params)
+    docs = [d for d in load_documents(p.source, p.unit, p.text_column) if len(d["text"]) >= p.min_chars]
+    if p.max_documents:
+        docs = docs[: p.max_documents]
+    splits = split_documents(docs, p.val_fraction, ctx.seed)
     dd = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
     dd.save_to_disk(ctx.outputs["data"])
     stats, rows = {}, []
@@ -44,7 +45,7 @@ def run(ctx: StageRun) -> dict:
         rows.append({"split": split, "documents": len(ds), "words": words, "characters": chars})
     ctx.log_table(pd.DataFrame(rows), "corpus_stats")
     ctx.log_text(dd["train"][0]["text"][:2000], "sample.txt")
-    ctx.info["source"] = p["source"]
+    ctx.info["source"] = p.source
     return {**stats, "characters": stats["train_characters"] + stats["validation_characters"]}
 
 

@@ -16,30 +16,31 @@ import pandas as pd
 
 from steps.core import InputError, Stage, StageRun
 from steps.mcq import data
+from steps.mcq.config import PrepareMcqConfig
 from steps.mcq.elements import generate
 from steps.mcq.hf_sources import load_hub
 from steps.presentation.prepare_mcq import SHOWN
 
 
-def build(params: dict, seed: int) -> dict[str, pd.DataFrame]:
+def build(p: PrepareMcqConfig, seed: int) -> dict[str, pd.DataFrame]:
     """The three splits for a configured source."""
-    source = params["source"]
-    fractions = {"validation": params["val_fraction"], "test": params["test_fraction"]}
+    source = p.source
+    fractions = {"validation": p.val_fraction, "test": p.test_fraction}
     if source == "builtin:elements":
-        df = generate(seed, params["templates"], params["context_facts"], params["distractor_pool"])
+        df = generate(seed, p.templates, p.context_facts, p.distractor_pool)
         # split by element: no element's facts (hence no question) are shared across splits;
         # the element column is dropped afterwards since it would name the answer
         parts = data.split_groups(df, "element", fractions, seed)
         return data.assign_letters({k: v.drop(columns="element") for k, v in parts.items()}, seed)
     if source.startswith("hf:"):
-        df = data.dedupe_prompts(load_hub(source, seed, params["max_questions"]))
+        df = data.dedupe_prompts(load_hub(source, seed, p.max_questions))
         splits = data.assign_letters(data.split_groups(df, "prompt", fractions, seed), seed, "hf-")
         return {k: data.validate(v, f"{source} ({k})") for k, v in splits.items()}
     if source.startswith("builtin:"):
         raise InputError(f"prepare_mcq.source {source!r}: unknown builtin (only builtin:elements)")
     path = Path(source)
     if path.is_dir():
-        return data.load_splits(path, params["val_fraction"], seed)
+        return data.load_splits(path, p.val_fraction, seed)
     df = data.dedupe_prompts(data.read_csv(path))
     return data.split_groups(df, "prompt", fractions, seed)
 
@@ -70,7 +71,7 @@ def stats(splits: dict[str, pd.DataFrame]) -> tuple[dict, pd.DataFrame]:
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
+    p = PrepareMcqConfig.of(ctx.params)
     splits = build(p, ctx.seed)
     overlap = set(splits["train"]["prompt"]) & set().union(*(set(splits[s]["prompt"]) for s in splits if s != "train"))
     if overlap:
@@ -79,7 +80,7 @@ def run(ctx: StageRun) -> dict:
     metrics, table = stats(splits)
     ctx.log_metrics(metrics)
     ctx.log_table(table, "questions_per_template")
-    ctx.info.update(source=p["source"], files={k: str(v) for k, v in files.items()})
+    ctx.info.update(source=p.source, files={k: str(v) for k, v in files.items()})
     for f in files.values():
         ctx.log_artifact(f, "data")
     print(f"prepare_mcq: {metrics['questions']} questions -> {', '.join(f'{k}={len(v)}' for k, v in splits.items())}")

@@ -11,6 +11,7 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from steps.core import InputError, Stage, StageRun
+from steps.data.config import TrainTokenizerConfig
 from steps.presentation.train_tokenizer import SHOWN
 
 EOS = "<|endoftext|>"
@@ -25,20 +26,20 @@ def train_bpe(texts, vocab_size: int, min_frequency: int):
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
+    p = TrainTokenizerConfig.of(ctx.params)
     dd = datasets.load_from_disk(ctx.inputs["corpus"])
-    if p["pretrained"]:
+    if p.pretrained:
         try:
-            tok = AutoTokenizer.from_pretrained(p["pretrained"])
+            tok = AutoTokenizer.from_pretrained(p.pretrained)
         except OSError as exc:
             raise InputError(
-                f"cannot load tokenizer {p['pretrained']!r} ({exc}); offline, set "
+                f"cannot load tokenizer {p.pretrained!r} ({exc}); offline, set "
                 "train_tokenizer.pretrained: null to train one"
             ) from None
-        ctx.info["tokenizer"] = p["pretrained"]
+        ctx.info["tokenizer"] = p.pretrained
     else:
-        tok = train_bpe(dd["train"]["text"], p["vocab_size"], p["min_frequency"])
-        ctx.info["tokenizer"] = f"byte-level BPE {p['vocab_size']}"
+        tok = train_bpe(dd["train"]["text"], p.vocab_size, p.min_frequency)
+        ctx.info["tokenizer"] = f"byte-level BPE {p.vocab_size}"
     tok.save_pretrained(ctx.outputs["data"])
     reloaded = AutoTokenizer.from_pretrained(ctx.outputs["data"])
     metrics = {"vocab_size": len(reloaded)}

@@ -14,6 +14,7 @@ import pytest
 from steps.config import CONFIG_DIR, MATRIX_KEYS, ConfigError, cell_config, cells, load_config, stage_schema
 from steps.models.gpt import GPTConfig
 from steps.models.train_step import StepOptions
+from steps.word2vec.train import TrainOptions
 
 # (stage, path of the sub-section in its schema, the dataclass whose fields it holds)
 SECTIONS = [
@@ -22,6 +23,7 @@ SECTIONS = [
     ("gpt_train", ("model",), GPTConfig),
     ("perf", ("model",), GPTConfig),
     ("perf", (), GPTConfig),  # perf keeps attn and checkpoint_activations beside the step knobs
+    ("word2vec", (), TrainOptions),  # the trainer's knobs (steps/word2vec/train.py)
 ]
 # a stage default that differs from the dataclass's on purpose: (stage, key) -> why
 STAGE_DEFAULTS = {("gpt_train", "model.vocab_size"): "null = the tokenizer's size"}
@@ -78,13 +80,26 @@ def test_the_old_precision_name_says_what_it_became():
 
 # ---- typed sections: the stage reads its resolved section as a dataclass (steps/config/typed.py) ----------
 def section_classes():
+    from steps.data.config import PrepareCorpusConfig, TrainTokenizerConfig
+    from steps.mcq.config import McqFinetuneConfig, PrepareMcqConfig
     from steps.models.train_config import GptTrainConfig
     from steps.perf.config import PerfConfig
+    from steps.report.config import ReportConfig
+    from steps.word2vec.config import Word2VecConfig
 
-    return {"perf": PerfConfig, "gpt_train": GptTrainConfig}
+    return {
+        "perf": PerfConfig,
+        "gpt_train": GptTrainConfig,
+        "prepare_corpus": PrepareCorpusConfig,
+        "train_tokenizer": TrainTokenizerConfig,
+        "prepare_mcq": PrepareMcqConfig,
+        "word2vec": Word2VecConfig,
+        "mcq_finetune": McqFinetuneConfig,
+        "report": ReportConfig,
+    }
 
 
-@pytest.mark.parametrize("stage", ["perf", "gpt_train"])
+@pytest.mark.parametrize("stage", list(section_classes()))
 def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
     cls = section_classes()[stage]
     keys = set(stage_schema(stage)["properties"]) - set(MATRIX_KEYS)
@@ -93,11 +108,15 @@ def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
     assert all(fields[k].default is not dataclasses.MISSING for k in set(fields) - keys), "a field outside the schema"
 
 
-@pytest.mark.parametrize("configs", [["default.yaml"], ["default.yaml", "smoke.yaml"]], ids=["default", "smoke"])
+@pytest.mark.parametrize("configs", ["default", "default smoke", "default gpu", "default gpu hub"])
 def test_every_cell_builds_its_section_dataclass(configs):
-    """What each job of the default and smoke DAGs will read, built here before any job runs."""
-    cfg = load_config(*(CONFIG_DIR / c for c in configs))
+    """What each job of these DAGs will read, built here before any job runs; no key is dropped."""
+    cfg = load_config(*(CONFIG_DIR / f"{c}.yaml" for c in configs.split()))
     for stage, cls in section_classes().items():
         for cell in cells(cfg, stage):
             params = cell_config(cfg, stage, cell)["params"]
-            assert StepOptions.from_params(cls.of(params)) == StepOptions.from_params(params), (stage, cell)
+            if issubclass(cls, StepOptions):
+                assert StepOptions.from_params(cls.of(params)) == StepOptions.from_params(params), (stage, cell)
+            else:
+                values = dataclasses.asdict(cls.of(params))
+                assert {k: values[k] for k in params} == params, (stage, cell)

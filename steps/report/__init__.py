@@ -23,6 +23,7 @@ import pandas as pd
 from steps.core import StageRun
 from steps.core.stage import Stage, presentation
 from steps.presentation.report import SHOWN
+from steps.report.config import ReportConfig
 from steps.report.gather import fetch_runs, headline_row, load_cell, logged_tables, stage_table
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
@@ -35,9 +36,9 @@ def cell_folders(ctx: StageRun, stages: dict[str, list[str]]) -> dict[str, dict[
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
-    stages = {stage: stage_cells for stage, stage_cells in p.get("stages", [])}  # DAG order
-    ui = p.get("mlflow_ui_url", "http://127.0.0.1:5000")
+    p = ReportConfig.of(ctx.params)
+    stages = {stage: stage_cells for stage, stage_cells in p.stages}  # DAG order
+    ui = p.mlflow_ui_url
     out, plots = ctx.out, Path(ctx.outputs["plots"])
     plots.mkdir(parents=True, exist_ok=True)
     client = store.client(ctx.uri)
@@ -71,7 +72,7 @@ def run(ctx: StageRun) -> dict:
     head = pd.DataFrame(heads)
     if head.empty:
         head = pd.DataFrame(columns=HEAD_COLUMNS)
-    title = p.get("title", "n00bGPT lab report")
+    title = p.title
     index_md, index_htm = Path(ctx.outputs["index"]), Path(ctx.outputs["html"])
     index_md.write_text(index_markdown(title, ui, head, md_sections))
     index_htm.write_text(index_html(title, ui, head, html_sections))

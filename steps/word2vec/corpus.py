@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datasets import load_from_disk
 
 from steps.core import InputError, StageRun
+from steps.word2vec.config import Word2VecConfig
 from steps.word2vec.text import sentences
 from steps.word2vec.train import TrainConfig
 from steps.word2vec.vocab import Vocab
 
 
-def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
+def load_sentences(p: Word2VecConfig, path: str) -> tuple[list[list[str]], int]:
     """Tokenised documents of the corpus split at `path` (the rule's corpus input; shared
     tokenizer), cut to max_words if set."""
     try:
@@ -23,23 +24,23 @@ def load_sentences(p: dict, path: str) -> tuple[list[list[str]], int]:
         raise InputError(
             f"{path}: no dataset saved there ({exc}); fix: run the prepare_corpus rule first or set word2vec.corpus"
         ) from None
-    if p["split"] not in ds or "text" not in ds[p["split"]].column_names:
+    if p.split not in ds or "text" not in ds[p.split].column_names:
         raise InputError(
-            f"{path}: needs split {p['split']!r} with a 'text' column; "
+            f"{path}: needs split {p.split!r} with a 'text' column; "
             f"found {dict(ds.column_names)}; fix: set word2vec.split"
         )
-    sents = sentences(ds[p["split"]]["text"])
-    if p["max_words"]:
+    sents = sentences(ds[p.split]["text"])
+    if p.max_words:
         kept, n = [], 0
         for s in sents:
-            if n >= p["max_words"]:
+            if n >= p.max_words:
                 break
-            kept.append(s[: p["max_words"] - n])
+            kept.append(s[: p.max_words - n])
             n += len(kept[-1])
         sents = kept
     words = sum(map(len, sents))
     if not words:
-        raise InputError(f"{path}[{p['split']}]: no words after tokenising; fix: check the corpus")
+        raise InputError(f"{path}[{p.split}]: no words after tokenising; fix: check the corpus")
     return sents, words
 
 
@@ -54,13 +55,13 @@ class Corpus:
     metrics: dict
 
 
-def encode_corpus(ctx: StageRun, p: dict) -> Corpus:
+def encode_corpus(ctx: StageRun, p: Word2VecConfig) -> Corpus:
     """A bad config, or a CUDA cell without CUDA (SkipCell), stops before the corpus is read."""
     TrainConfig.from_params(p)
-    if p["backend"] == "torch":
+    if p.backend == "torch":
         ctx.device  # noqa: B018 - the property raises SkipCell
     sents, raw = load_sentences(p, ctx.inputs["corpus"])
     t0 = time.perf_counter()
-    vocab = Vocab.build(sents, p["min_count"])
+    vocab = Vocab.build(sents, p.min_count)
     ids, sid = vocab.encode(sents)
     return Corpus(sents, vocab, ids, sid, {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0})

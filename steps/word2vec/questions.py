@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from steps.config import ConfigError
+
+if TYPE_CHECKING:  # annotations only: the questions need no torch
+    from steps.word2vec.config import Word2VecConfig
 
 CORPUS = "corpus"  # the trained cells' vocabulary, built from the corpus with min_count
 Question = tuple[str, str, str, str, str]  # (section, a, b, c, d), lowercased: a:b :: c:d
@@ -66,15 +69,15 @@ def common_questions(questions: list[Question], vocabularies: dict[str, list[str
     return QuestionSet(tuple(common), tuple(vocabularies), len(questions))
 
 
-def own_source(p: dict) -> str:
+def own_source(p: Word2VecConfig) -> str:
     """The name a cell's vocabulary has in `common_questions`."""
-    return p["pretrained"] if p["backend"] == "pretrained" else CORPUS
+    return p.pretrained if p.backend == "pretrained" else CORPUS
 
 
-def check_sources(p: dict) -> list[str]:
+def check_sources(p: Word2VecConfig) -> list[str]:
     """`common_questions` must list this cell's own vocabulary: only then do all cells intersect
     the same vocabularies, so that every cell's common set is the same one."""
-    sources = list(p["common_questions"])
+    sources = list(p.common_questions)
     if own_source(p) not in sources:
         raise ConfigError(
             f"word2vec.common_questions {sources} does not list this cell's vocabulary {own_source(p)!r}; "
@@ -97,9 +100,11 @@ def source_words(source: str, corpus_words: list[str] | None) -> list[str]:
     return list(single_token_words(AutoTokenizer.from_pretrained(resolve_model_dir(source))))
 
 
-def question_set(p: dict, questions: list[Question], corpus_words: list[str] | None, known: dict) -> QuestionSet:
+def question_set(
+    p: Word2VecConfig, questions: list[Question], corpus_words: list[str] | None, known: dict
+) -> QuestionSet:
     """The common set of a cell's config: every listed vocabulary (`known` maps a source to words
     the job already has) intersected, within the first restrict_vocab words of each."""
     sources = check_sources(p)
     vocabularies = {s: known[s] if s in known else source_words(s, corpus_words) for s in sources}
-    return common_questions(questions, vocabularies, p["restrict_vocab"])
+    return common_questions(questions, vocabularies, p.restrict_vocab)

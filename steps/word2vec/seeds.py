@@ -10,6 +10,7 @@ import torch
 
 from steps.core import StageRun
 from steps.word2vec.baseline import train_gensim
+from steps.word2vec.config import Word2VecConfig
 from steps.word2vec.corpus import Corpus
 from steps.word2vec.evaluate import evaluate, keyed_vectors
 from steps.word2vec.questions import QuestionSet
@@ -18,16 +19,16 @@ from steps.word2vec.train import TrainConfig, train
 QUALITY = ("analogy_acc", "analogy_full_acc", "ws353_spearman", "simlex_spearman")
 
 
-def train_vectors(ctx: StageRun, p: dict, corpus: Corpus, seed: int) -> tuple[list[str], "object", dict]:
+def train_vectors(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, seed: int) -> tuple[list[str], "object", dict]:
     """Train (torch or gensim) on the corpus; returns (words, vectors, metrics). Only the job's
     own seed logs its loss curve (it is the seed whose vectors are exported)."""
     cfg = TrainConfig.from_params(p, seed=seed)
-    device = ctx.device if p["backend"] == "torch" else None  # SkipCell if CUDA is absent
-    threads = p["threads"] or ctx.threads or torch.get_num_threads()
+    device = ctx.device if p.backend == "torch" else None  # SkipCell if CUDA is absent
+    threads = p.threads or ctx.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     m = {**corpus.metrics, "threads": threads}
-    if p["backend"] == "gensim":
-        kv, stats = train_gensim(corpus.sentences, cfg, p["min_count"], workers=threads)
+    if p.backend == "gensim":
+        kv, stats = train_gensim(corpus.sentences, cfg, p.min_count, workers=threads)
         if threads > 1:  # hogwild threads race on shared rows: runs differ in the last digits
             ctx.info["determinism"] = f"gensim with {threads} workers is not bit-reproducible"
         if set(kv.index_to_key) != set(corpus.vocab.words):
@@ -48,22 +49,22 @@ def train_vectors(ctx: StageRun, p: dict, corpus: Corpus, seed: int) -> tuple[li
     return words, vectors, {**m, **stats}
 
 
-def over_seeds(ctx: StageRun, p: dict, corpus: Corpus, first: dict, common: QuestionSet) -> dict:
+def over_seeds(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, first: dict, common: QuestionSet) -> dict:
     """Train and score seeds seed+1 .. seed+seeds-1 as well; scores become means over all
     seeds (analogy_acc on the cell's `common` questions), words/s their median, and the sample sd
     of each score is reported beside them. Each
     seed's scores are a child run of the cell's run (and a row of its seeds table)."""
-    if p["seeds"] == 1:
+    if p.seeds == 1:
         return {"seeds": 1}
     rows = [{"seed": ctx.seed, "words_per_s": first["words_per_s"], **{k: first[k] for k in QUALITY}}]
-    for i in range(1, p["seeds"]):
+    for i in range(1, p.seeds):
         words, vectors, m = train_vectors(ctx, p, corpus, ctx.seed + i)
-        scores, _ = evaluate(keyed_vectors(words, vectors), p["restrict_vocab"], [], common=common)
+        scores, _ = evaluate(keyed_vectors(words, vectors), p.restrict_vocab, [], common=common)
         rows.append({"seed": ctx.seed + i, "words_per_s": m["words_per_s"], **{k: scores[k] for k in QUALITY}})
     for row in rows:  # one finished child run per seed, nested under the cell's run
         ctx.log_child(
             f"seed {row['seed']}",
-            params={"seed": row["seed"], "backend": p["backend"]},
+            params={"seed": row["seed"], "backend": p.backend},
             metrics={k: row[k] for k in ("words_per_s", *QUALITY)},
             tags={"seed": str(row["seed"])},
         )

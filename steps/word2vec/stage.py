@@ -20,6 +20,7 @@ from gensim.test.utils import datapath
 
 from steps.core import Stage, StageRun
 from steps.presentation.word2vec import SHOWN
+from steps.word2vec.config import Word2VecConfig
 from steps.word2vec.corpus import encode_corpus
 from steps.word2vec.evaluate import ANALOGIES, evaluate, keyed_vectors
 from steps.word2vec.outputs import log_outputs
@@ -35,19 +36,17 @@ NEGATIVES = {
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
-    ctx.info.update(
-        backend=p["backend"], arch=p["arch"], optimizer=p["optimizer"] if p["backend"] == "torch" else p["backend"]
-    )
+    p = Word2VecConfig.of(ctx.params)
+    ctx.info.update(backend=p.backend, arch=p.arch, optimizer=p.optimizer if p.backend == "torch" else p.backend)
     check_sources(p)  # a bad common_questions list stops before any work
     t0 = time.perf_counter()
-    pretrained = p["backend"] == "pretrained"
+    pretrained = p.backend == "pretrained"
     if pretrained:
-        words, vectors, info = load_pretrained(p["pretrained"])
-        ctx.info.update(info, optimizer="pretrained:" + p["pretrained"], negatives="(pretrained)")
+        words, vectors, info = load_pretrained(p.pretrained)
+        ctx.info.update(info, optimizer="pretrained:" + p.pretrained, negatives="(pretrained)")
         metrics = {"load_s": time.perf_counter() - t0}
-        corpus = encode_corpus(ctx, p) if CORPUS in p["common_questions"] else None
-        known = {p["pretrained"]: words}
+        corpus = encode_corpus(ctx, p) if CORPUS in p.common_questions else None
+        known = {p.pretrained: words}
     else:
         corpus, known = encode_corpus(ctx, p), {}
         describe_trainer(ctx, p)
@@ -57,36 +56,36 @@ def run(ctx: StageRun) -> dict:
         words, vectors, metrics = train_vectors(ctx, p, corpus, ctx.seed)
     kv = keyed_vectors(words, vectors)
     t1 = time.perf_counter()
-    scores, info = evaluate(kv, p["restrict_vocab"], p["probes"], common=common)
+    scores, info = evaluate(kv, p.restrict_vocab, p.probes, common=common)
     metrics.update(scores, eval_s=time.perf_counter() - t1)
     ctx.info.update(info)
     if not pretrained:  # the first seed's vectors are the ones exported and plotted
         metrics.update(over_seeds(ctx, p, corpus, metrics, common))
     if not pretrained:
         ctx.info.setdefault("seed_sd", "(1 seed)")
-    if p["backend"] == "torch" and p["vs_gensim_pairs"]:
+    if p.backend == "torch" and p.vs_gensim_pairs:
         metrics.update(paired_metrics(ctx, p, corpus))
-    elif p["backend"] == "gensim":  # the reference of the paired ratios: 1 by definition
+    elif p.backend == "gensim":  # the reference of the paired ratios: 1 by definition
         metrics.update(speed_vs_gensim=1.0, compile_s=0.0)  # gensim's C loops are built at install
         ctx.info["speed_vs_gensim"] = "1 (the reference)"
     log_outputs(ctx, p, kv, info, words, vectors)
     return metrics
 
 
-def describe_trainer(ctx: StageRun, p: dict) -> None:
+def describe_trainer(ctx: StageRun, p: Word2VecConfig) -> None:
     """What the cell's trainer does, for the report's columns."""
-    if p["backend"] == "gensim":
+    if p.backend == "gensim":
         ctx.info["negatives"] = "per pair (gensim's C loop, as word2vec.c)"
         return
     ctx.info["update_path"] = (
-        ("torch.compile'd" if p["compile"] else "eager") + " hand-written index_add_ SGD"
-        if p["fused"]
+        ("torch.compile'd" if p.compile else "eager") + " hand-written index_add_ SGD"
+        if p.fused
         else "autograd sparse grads"
     )
     ctx.info["negatives"] = (
         "per window (CBOW: one example per window, as word2vec.c)"
-        if p["arch"] == "cbow"
-        else NEGATIVES[p["shared_negatives"]]
+        if p.arch == "cbow"
+        else NEGATIVES[p.shared_negatives]
     )
     ctx.info["timing"] = (
         "words/s over the training loop; compile_s (one-time, cached on disk by Inductor) is excluded, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Callable, Literal, get_args
 
 import numpy as np
 import torch
@@ -22,21 +22,26 @@ from steps.word2vec.sgd import NegativePool, make_sgd_step
 from steps.word2vec.vocab import Vocab
 from steps.word2vec.windows import plan_epoch
 
-OPTIMIZERS = ("sgd", "sparseadam", "adagrad")
+Optimizer = Literal["sgd", "sparseadam", "adagrad"]
+OPTIMIZERS = get_args(Optimizer)
 
 
-@dataclass
-class TrainConfig:
-    arch: str = "skipgram"  # skipgram | cbow
+@dataclass(frozen=True, kw_only=True)
+class TrainOptions:
+    """The trainer's knobs and their defaults: the only declaration (the word2vec schema's entries
+    for these keys must match it: tests/test_config_knobs.py). The word2vec section's dataclass
+    inherits these fields (steps/word2vec/config.py)."""
+
+    arch: Literal["skipgram", "cbow"] = "skipgram"
     dim: int = 100
     window: int = 5
     negative: int = 5
     sample: float = 1e-3
     epochs: int = 5
-    optimizer: str = "sgd"  # sgd | sparseadam | adagrad
+    optimizer: Optimizer = "sgd"
     lr: float = 0.025
     min_lr: float = 1e-4
-    schedule: str = "linear"  # linear (word2vec's decay to min_lr) | constant
+    schedule: Literal["linear", "constant"] = "linear"  # linear: word2vec's decay to min_lr
     batch_size: int = 512  # windows (center words) per step
     shared_negatives: bool = True  # one set of K negatives per window (False: per pair)
     fused: bool = True  # hand-written SGD step (only with optimizer sgd)
@@ -44,14 +49,6 @@ class TrainConfig:
     table_size: int = 1_000_000
     chunk_words: int = 4_000_000  # tokens whose examples are built at once
     log_every: int = 50
-    seed: int = 0
-
-    @classmethod
-    def from_params(cls, params: dict, **extra) -> "TrainConfig":
-        names = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in {**params, **extra}.items() if k in names})
-        cfg.check()
-        return cfg
 
     def check(self) -> None:
         """The code-path guard behind the schema minimums (a hand-made config meets it too);
@@ -69,6 +66,22 @@ class TrainConfig:
             )
         if not self.lr > 0:
             raise ConfigError(f"word2vec: lr must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(TrainOptions):
+    """One training run: the knobs and its seed."""
+
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, params, **extra) -> "TrainConfig":
+        """The run a word2vec section (its dict or its dataclass; other keys ignored) asks for."""
+        section = params if isinstance(params, dict) else vars(params)
+        names = {f.name for f in fields(cls)}
+        cfg = cls(**{k: v for k, v in {**section, **extra}.items() if k in names})
+        cfg.check()
+        return cfg
 
 
 def make_optimizer(model: SGNS, cfg: TrainConfig):

@@ -23,6 +23,7 @@ import torch
 
 from steps.paired import Ratio, interleave, ratio_of_pairs
 from steps.word2vec.baseline import gensim_model
+from steps.word2vec.config import Word2VecConfig
 from steps.word2vec.corpus import Corpus
 from steps.word2vec.train import TrainConfig, Trainer
 
@@ -116,18 +117,18 @@ def speed_vs_gensim(
     )
 
 
-def paired_metrics(ctx, p: dict, corpus: Corpus) -> dict:
+def paired_metrics(ctx, p: Word2VecConfig, corpus: Corpus) -> dict:
     """A torch cell's `speed_vs_gensim` (+ _low, _high, _pairs: steps/paired.Ratio.as_metrics)
     and the paired run's words/s; the interval in words goes to info."""
     cfg = TrainConfig.from_params(p, seed=ctx.seed)
-    threads = p["threads"] or ctx.threads or torch.get_num_threads()
+    threads = p.threads or ctx.threads or torch.get_num_threads()
     ratio, times, m = speed_vs_gensim(
         corpus,
         cfg,
-        p["min_count"],
+        p.min_count,
         threads,
-        p["vs_gensim_pairs"],
-        p["vs_gensim_words"],
+        p.vs_gensim_pairs,
+        p.vs_gensim_words,
         device=ctx.device,
         progress=ctx.progress,
     )
