@@ -78,13 +78,18 @@ def test_the_old_precision_name_says_what_it_became():
 
 # ---- typed sections: the stage reads its resolved section as a dataclass (steps/config/typed.py) ----------
 def section_classes():
+    from steps.components import ComponentsConfig
     from steps.models.train_config import GptTrainConfig
     from steps.perf.config import PerfConfig
 
-    return {"perf": PerfConfig, "gpt_train": GptTrainConfig}
+    return {
+        "perf": PerfConfig,
+        "gpt_train": GptTrainConfig,
+        "components": ComponentsConfig,
+    }
 
 
-@pytest.mark.parametrize("stage", ["perf", "gpt_train"])
+@pytest.mark.parametrize("stage", list(section_classes()))
 def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
     cls = section_classes()[stage]
     keys = set(stage_schema(stage)["properties"]) - set(MATRIX_KEYS)
@@ -93,11 +98,39 @@ def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
     assert all(fields[k].default is not dataclasses.MISSING for k in set(fields) - keys), "a field outside the schema"
 
 
-@pytest.mark.parametrize("configs", [["default.yaml"], ["default.yaml", "smoke.yaml"]], ids=["default", "smoke"])
-def test_every_cell_builds_its_section_dataclass(configs):
-    """What each job of the default and smoke DAGs will read, built here before any job runs."""
-    cfg = load_config(*(CONFIG_DIR / c for c in configs))
+def kept(params, built) -> bool:
+    """Every key of `params` is in `built` (the dataclass as a dict) with the same value."""
+    if isinstance(params, dict):
+        return isinstance(built, dict) and all(k in built and kept(v, built[k]) for k, v in params.items())
+    if isinstance(params, list):
+        return isinstance(built, (list, tuple)) and len(params) == len(built) and all(map(kept, params, built))
+    return params == built
+
+
+LAB_CONFIGS = {  # the DAGs' configs, and the GPU campaign's files (layered on default.yaml: steps/campaign/plan.py)
+    "default": ["default.yaml"],
+    "smoke": ["default.yaml", "smoke.yaml"],
+    "gpu": ["default.yaml", "gpu.yaml"],
+    "gpu-campaign": "gpu-campaign.yaml",
+    "gpu-rehearse": "gpu-rehearse.yaml",
+}
+
+
+@pytest.mark.parametrize("name", LAB_CONFIGS)
+def test_every_cell_builds_its_section_dataclass(name):
+    """What each job of these DAGs will read, built here before any job runs."""
+    from steps.campaign.plan import load_campaign
+
+    configs = LAB_CONFIGS[name]
+    if isinstance(configs, str):
+        cfg = load_campaign(CONFIG_DIR / configs)[1]
+    else:
+        cfg = load_config(*(CONFIG_DIR / c for c in configs))
     for stage, cls in section_classes().items():
         for cell in cells(cfg, stage):
             params = cell_config(cfg, stage, cell)["params"]
-            assert StepOptions.from_params(cls.of(params)) == StepOptions.from_params(params), (stage, cell)
+            built = cls.of(params)
+            if issubclass(cls, StepOptions):
+                assert StepOptions.from_params(built) == StepOptions.from_params(params), (stage, cell)
+            else:
+                assert kept(params, dataclasses.asdict(built)), (stage, cell)
