@@ -79,6 +79,7 @@ def test_the_old_precision_name_says_what_it_became():
 # ---- typed sections: the stage reads its resolved section as a dataclass (steps/config/typed.py) ----------
 def section_classes():
     from steps.components import ComponentsConfig
+    from steps.gpt_parity import GptParityConfig
     from steps.models.train_config import GptTrainConfig
     from steps.perf.config import PerfConfig
 
@@ -86,6 +87,7 @@ def section_classes():
         "perf": PerfConfig,
         "gpt_train": GptTrainConfig,
         "components": ComponentsConfig,
+        "gpt_parity": GptParityConfig,
     }
 
 
