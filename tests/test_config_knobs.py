@@ -89,6 +89,7 @@ def section_classes():
     from steps.minitorch.config import MinitorchConfig
     from steps.models.train_config import GptTrainConfig
     from steps.perf.config import PerfConfig
+    from steps.sim.scale_config import ScaleConfig
 
     return {
         "perf": PerfConfig,
@@ -96,6 +97,7 @@ def section_classes():
         "components": ComponentsConfig,
         "gpt_parity": GptParityConfig,
         "minitorch": MinitorchConfig,
+        "scale": ScaleConfig,
     }
 
 
