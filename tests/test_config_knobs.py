@@ -24,9 +24,10 @@ SECTIONS = [
     ("perf", (), GPTConfig),  # perf keeps attn and checkpoint_activations beside the step knobs
     ("minitorch", ("gpt",), GPTConfig),
     ("minitorch", ("translate",), GPTConfig),
+    ("sharding", ("gpt",), GPTConfig),
 ]
 # sub-sections of a tiny model of their own: types and choices are GPTConfig's, the defaults their own
-TINY_MODELS = {("minitorch", "gpt"), ("minitorch", "translate")}
+TINY_MODELS = {("minitorch", "gpt"), ("minitorch", "translate"), ("sharding", "gpt")}
 # a stage default that differs from the dataclass's on purpose: (stage, key) -> why
 STAGE_DEFAULTS = {("gpt_train", "model.vocab_size"): "null = the tokenizer's size"}
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", tuple: "array", dict: "object"}
@@ -88,6 +89,7 @@ def section_classes():
     from steps.gpt_parity import GptParityConfig
     from steps.minitorch.config import MinitorchConfig
     from steps.models.train_config import GptTrainConfig
+    from steps.parallel.plan import Plan
     from steps.perf.config import PerfConfig
     from steps.sim.scale_config import ScaleConfig
 
@@ -98,6 +100,7 @@ def section_classes():
         "gpt_parity": GptParityConfig,
         "minitorch": MinitorchConfig,
         "scale": ScaleConfig,
+        "sharding": Plan,
     }
 
 
