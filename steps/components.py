@@ -14,22 +14,18 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 from steps.core import Stage, StageRun
 from steps.models.checks import parity_rows
 from steps.presentation.components import SHOWN
 
 
 @dataclass(frozen=True, kw_only=True)
-class ComponentsConfig:
+class ComponentsConfig(Section):
     """The components section (defaults: workflow/schemas/components.schema.yaml)."""
 
     extra_modules: tuple[str, ...]  # importing them registers more checks (register_parity)
     fail_on_mismatch: bool
-
-    @classmethod
-    def of(cls, params) -> "ComponentsConfig":
-        return typed(cls, params)
 
 
 def run(ctx: StageRun) -> dict:

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
@@ -42,7 +42,7 @@ FLOAT64_REFERENCE = {"llama": llama_convert.float64_reference, "mixtral": mixtra
 
 
 @dataclass(frozen=True, kw_only=True)
-class GptParityConfig:
+class GptParityConfig(Section):
     """One gpt_parity cell's resolved section (defaults: workflow/schemas/gpt_parity.schema.yaml)."""
 
     hf_model: Literal["gpt2", "llama", "mixtral"]  # a key of HF_MODELS
@@ -60,10 +60,6 @@ class GptParityConfig:
     tol_fp32_logits: float
     tol_fp32_rel: float
     fail_on_mismatch: bool
-
-    @classmethod
-    def of(cls, params) -> "GptParityConfig":
-        return typed(cls, params)
 
 
 def load_hf(p: GptParityConfig, dtype):

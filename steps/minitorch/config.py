@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 from steps.models.gpt import GPTConfig
 
 
@@ -59,7 +59,7 @@ class MinitorchTranslate(GPTConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MinitorchConfig:
+class MinitorchConfig(Section):
     """One minitorch cell's resolved section: a model (kind) on a kernel backend."""
 
     kind: Literal["ops", "gpt", "classifier", "translate"]
@@ -71,8 +71,3 @@ class MinitorchConfig:
     gpt: MinitorchGpt
     classifier: MinitorchClassifier
     translate: MinitorchTranslate
-
-    @classmethod
-    def of(cls, params) -> "MinitorchConfig":
-        """A resolved minitorch section (dict) as its dataclass."""
-        return typed(cls, params)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 from steps.sim.scale_plan import ScalePlan
 
 
@@ -30,7 +30,7 @@ class SearchFor:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScaleConfig:
+class ScaleConfig(Section):
     """One scale cell's resolved section."""
 
     clusters: dict[str, dict]  # name -> the cluster's entry (Cluster.from_config)
@@ -44,8 +44,3 @@ class ScaleConfig:
     search_for: SearchFor
     # the measured cells' resolved sharding sections, added by workflow/rules/scale.smk (not a config key)
     sharding_plans: dict[str, dict] | None = None
-
-    @classmethod
-    def of(cls, params) -> "ScaleConfig":
-        """A resolved scale section (dict) as its dataclass; a plan that cannot run raises PlanError."""
-        return typed(cls, params)
