@@ -20,7 +20,8 @@ import pytest
 
 from steps.parallel import links, nodes
 from steps.parallel.launch import LaunchError, launch
-from steps.parallel.plan import Launch, Plan
+from steps.parallel.plan import Plan
+from steps.parallel.plan_sections import Launch
 from tests.conftest import ROOT, clean_env, io_args, processes_naming, stage_params, stage_paths
 
 SCRIPT = ROOT / "scripts" / "two-hosts"

@@ -26,7 +26,7 @@ import socket
 import subprocess
 from dataclasses import replace
 
-from steps.parallel.plan import Launch
+from steps.parallel.plan_sections import Launch
 
 SLURM_PORT_BASE = 29500  # + SLURM_JOB_ID % 1000
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from steps.config.typed import typed
+from steps.parallel.plan_sections import Fault, Launch, Mlp
 
 AXES = ("pp", "dp", "fsdp", "ep", "tp")  # outer -> inner, torchtitan's order: tp on neighbouring GPUs
 DATA_AXES = ("dp", "fsdp", "ep")  # the axes that split the batch (ep: for every parameter but the experts)
@@ -79,43 +80,6 @@ class MeshPlan:
             raise PlanError(f"{key} axes {sorted(bad)} unknown; use {list(AXES)}")
         if any(int(v) < 1 for v in self.mesh.values()):
             raise PlanError(f"{key} sizes must be >= 1, got {self.mesh}")
-
-
-# The nested sections' fields are in the order of the job's JSON (sorted keys), so to_dict, what
-# the ranks receive and the stage logs as its `plan` tag, says what it said when they were dicts.
-@dataclass(frozen=True, kw_only=True)
-class Mlp:
-    """sharding.mlp: the toy MLP's sizes."""
-
-    dim: int = 32
-    hidden: int = 64
-    layers: int = 4
-
-
-@dataclass(frozen=True, kw_only=True)
-class Launch:
-    """sharding.launch: where the ranks run and how long they may take (nodes.py: several nodes)."""
-
-    dist_backend: Literal["gloo", "nccl"] = "gloo"
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str = ""  # host:port of node 0; "" = torchrun --standalone
-    rdzv_id: str = "sharding"
-    timeout_s: float = 120  # a dead or hung rank fails the cell after this
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fault:
-    """sharding.fault, test fixtures (worker.py): a rank that exits or hangs (kill_rank), a replica
-    that drifts (diverge_rank), every rank pausing before a step (hold_s: the cut-link test)."""
-
-    at_step: int = 1
-    diverge_by: float = 1e-3
-    diverge_param: str = ""
-    diverge_rank: int = -1
-    hold_s: float = 0
-    kill_rank: int = -1
-    mode: Literal["exit", "hang"] = "exit"
 
 
 JOB_ONLY = {"job": True}  # field metadata: the Snakemake job's knob, not the ranks' (not in to_dict)
