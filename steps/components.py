@@ -10,25 +10,36 @@ Other modules add rows with steps.models.checks.register_parity; list them in `e
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 import pandas as pd
 
+from steps.config.typed import Section
 from steps.core import Stage, StageRun
 from steps.models.checks import parity_rows
 from steps.presentation.components import SHOWN
 
 
+@dataclass(frozen=True, kw_only=True)
+class ComponentsConfig(Section):
+    """The components section (defaults: workflow/schemas/components.schema.yaml)."""
+
+    extra_modules: tuple[str, ...]  # importing them registers more checks (register_parity)
+    fail_on_mismatch: bool
+
+
 def run(ctx: StageRun) -> dict:
-    for name in ctx.params["extra_modules"]:
+    p = ComponentsConfig.of(ctx.params)
+    for name in p.extra_modules:
         importlib.import_module(name)  # registers its checks via @register_parity
-    df = pd.DataFrame(parity_rows(ctx.params))
+    df = pd.DataFrame(parity_rows(p))
     ctx.log_table(df, "parity")
     failed = df[~df["pass"]]
     for _, r in failed.iterrows():
         print(f"FAIL {r.component} vs {r.reference}: {r.max_abs_err:.3g} > {r.tolerance:g}")
     ratio = (df.max_abs_err / df.tolerance.where(df.tolerance > 0)).max()
     ctx.info["failed"] = [f"{r.component} vs {r.reference}" for _, r in failed.iterrows()]
-    if len(failed) and ctx.params["fail_on_mismatch"]:
+    if len(failed) and p.fail_on_mismatch:
         raise AssertionError(f"{len(failed)} parity checks failed: {ctx.info['failed']}")
     return {
         "n_checks": len(df),

@@ -18,10 +18,14 @@ other points <= tol_fp32_rel * max(1, |reference|).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import pandas as pd
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
+from steps.config.typed import Section
 from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
@@ -37,25 +41,46 @@ HF_MODELS = {  # hf_model -> (config class, model class, config defaults under t
 FLOAT64_REFERENCE = {"llama": llama_convert.float64_reference, "mixtral": mixtral_convert.float64_reference}
 
 
-def load_hf(p, dtype):
-    config_cls, model_cls, defaults = HF_MODELS[p["hf_model"]]
-    if p["pretrained"]:
+@dataclass(frozen=True, kw_only=True)
+class GptParityConfig(Section):
+    """One gpt_parity cell's resolved section (defaults: workflow/schemas/gpt_parity.schema.yaml)."""
+
+    hf_model: Literal["gpt2", "llama", "mixtral"]  # a key of HF_MODELS
+    pretrained: str | None  # a hub/local checkpoint; None = random init from hf_config
+    allow_cpu_pretrained: bool
+    hf_config: dict  # keyword arguments of hf_model's HF config class
+    init_seed: int
+    dtypes: tuple[Literal["float64", "float32"], ...]
+    variants: tuple[Literal["fast", "custom"], ...]
+    batch_size: int
+    seq_len: int
+    prompt_len: int
+    new_tokens: int
+    tol_fp64: float
+    tol_fp32_logits: float
+    tol_fp32_rel: float
+    fail_on_mismatch: bool
+
+
+def load_hf(p: GptParityConfig, dtype):
+    config_cls, model_cls, defaults = HF_MODELS[p.hf_model]
+    if p.pretrained:
         try:
-            hf = model_cls.from_pretrained(p["pretrained"], dtype=dtype)
+            hf = model_cls.from_pretrained(p.pretrained, dtype=dtype)
         except OSError as exc:
             raise InputError(
-                f"gpt_parity.pretrained={p['pretrained']!r} cannot be loaded ({exc}); "
+                f"gpt_parity.pretrained={p.pretrained!r} cannot be loaded ({exc}); "
                 "fix: use a cell with hf_config (random init) offline"
             ) from None
     else:
-        torch.manual_seed(p["init_seed"])
-        hf = model_cls(config_cls(**{**defaults, **p["hf_config"]})).to(dtype)
-        if p["hf_model"] in FLOAT64_REFERENCE:  # RMSNorm models
+        torch.manual_seed(p.init_seed)
+        hf = model_cls(config_cls(**{**defaults, **p.hf_config})).to(dtype)
+        if p.hf_model in FLOAT64_REFERENCE:  # RMSNorm models
             with torch.no_grad():
                 for name, w in hf.named_parameters():
                     if name.endswith("norm.weight"):
                         w.normal_(1.0, 0.1)
-    lift = FLOAT64_REFERENCE.get(p["hf_model"]) if dtype == torch.float64 else None
+    lift = FLOAT64_REFERENCE.get(p.hf_model) if dtype == torch.float64 else None
     return lift(hf) if lift else hf
 
 
@@ -86,36 +111,34 @@ def greedy_rows(hf, ours, prompt, n_new, dtype_name):
 
 
 def run(ctx: StageRun) -> dict:
-    p = ctx.params
+    p = GptParityConfig.of(ctx.params)
     device = ctx.device
-    if p["pretrained"] and device.type != "cuda" and not p["allow_cpu_pretrained"]:
+    if p.pretrained and device.type != "cuda" and not p.allow_cpu_pretrained:
         raise SkipCell("skipped: pretrained checkpoint cell runs on CUDA (set allow_cpu_pretrained)")
     rows = []
-    for dtype_name in p["dtypes"]:
+    for dtype_name in p.dtypes:
         dtype = getattr(torch, dtype_name)
         hf = load_hf(p, dtype).to(device).eval()
         g = torch.Generator().manual_seed(ctx.seed)
         V, n_pos = hf.config.vocab_size, hf.config.max_position_embeddings
-        T = min(p["seq_len"], n_pos)
-        ids = torch.randint(0, V, (p["batch_size"], T), generator=g).to(device)
+        T = min(p.seq_len, n_pos)
+        ids = torch.randint(0, V, (p.batch_size, T), generator=g).to(device)
         fp64 = dtype == torch.float64
-        for variant in p["variants"]:
+        for variant in p.variants:
             hf.zero_grad(set_to_none=True)
             r, ours = compare(
                 hf,
                 ids,
-                p["tol_fp64"],
-                None if fp64 else p["tol_fp32_rel"],
-                p["tol_fp64"] if fp64 else p["tol_fp32_logits"],
+                p.tol_fp64,
+                None if fp64 else p.tol_fp32_rel,
+                p.tol_fp64 if fp64 else p.tol_fp32_logits,
                 custom=variant == "custom",
             )
-            prompt = ids[:, : min(p["prompt_len"], n_pos - p["new_tokens"])]
-            r += greedy_rows(hf, ours, prompt, p["new_tokens"], dtype_name)
+            prompt = ids[:, : min(p.prompt_len, n_pos - p.new_tokens)]
+            r += greedy_rows(hf, ours, prompt, p.new_tokens, dtype_name)
             rows += [{"dtype": dtype_name, "variant": variant, **x} for x in r]
-        cfg_name = HF_MODELS[p["hf_model"]][0].__name__
-        ctx.info["model"] = (
-            p["pretrained"] or f"{cfg_name}(" + ", ".join(f"{k}={v}" for k, v in p["hf_config"].items()) + ")"
-        )
+        cfg_name = HF_MODELS[p.hf_model][0].__name__
+        ctx.info["model"] = p.pretrained or f"{cfg_name}(" + ", ".join(f"{k}={v}" for k, v in p.hf_config.items()) + ")"
         n_params = ours.num_params(non_embedding=False)
     df = pd.DataFrame(rows)
     ctx.log_table(df, "parity")
@@ -127,7 +150,7 @@ def run(ctx: StageRun) -> dict:
     gen = df[df.kind == "generate"]
     out["greedy_match"] = float(gen["pass"].all())
     ctx.info["failed"] = [f"{r.dtype} {r.variant} {r.point}" for r in df[~df["pass"]].itertuples()]
-    if ctx.info["failed"] and p["fail_on_mismatch"]:
+    if ctx.info["failed"] and p.fail_on_mismatch:
         raise AssertionError(f"parity failed at {ctx.info['failed'][:10]}")
     return out
 

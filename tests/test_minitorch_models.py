@@ -45,7 +45,7 @@ def test_gpt_parity_catches_a_wrong_weight():
 
 def test_gpt_loss_trajectory_follows_torch_adamw():
     model = _torch_gpt(seed=1)
-    trainers = Trainers(model, DecoderLM.from_torch(model), {"lr": 3e-3, "weight_decay": 0.1})
+    trainers = Trainers(model, DecoderLM.from_torch(model), lr=3e-3, weight_decay=0.1)
     rng = np.random.default_rng(1)
     losses = []
     for _ in range(5):
@@ -100,8 +100,8 @@ def _pairs_file(path, n=200, seed=0):
 class _Ctx:
     seed = 0
 
-    def __init__(self, out, translate):
-        self.out, self.params, self.tables = out, {"translate": translate}, {}
+    def __init__(self, out):
+        self.out, self.tables = out, {}
 
     def progress(self, it, **kw):
         return it
@@ -116,6 +116,7 @@ class _Ctx:
 def test_translation_pipeline_offline_scores_its_own_translations(tmp_path):
     import sacrebleu
 
+    from steps.minitorch.config import MinitorchTranslate
     from steps.minitorch.translate import run_translate
 
     src = _pairs_file(tmp_path / "pairs.tsv")
@@ -133,8 +134,8 @@ def test_translation_pipeline_offline_scores_its_own_translations(tmp_path):
         "max_new_tokens": 6,
         "vocab_size": 300,
     }
-    ctx = _Ctx(tmp_path, t)
-    out = run_translate(ctx, "reference")
+    ctx = _Ctx(tmp_path)
+    out = run_translate(ctx, MinitorchTranslate(**t), "reference")
     table = ctx.tables["translations"]
     assert len(table) == out["test_pairs"] == 6  # the last tenth of 200 lines (20), capped by test_pairs
     assert out["bleu"] == pytest.approx(sacrebleu.corpus_bleu(list(table.translation), [list(table.reference)]).score)

@@ -21,6 +21,7 @@ import pytest
 from steps.sharding import links, nodes
 from steps.sharding.launch import LaunchError, launch
 from steps.sharding.plan import Plan
+from steps.sharding.plan_sections import Launch
 from tests.conftest import ROOT, clean_env, io_args, processes_naming, stage_params, stage_paths
 
 SCRIPT = ROOT / "scripts" / "two-hosts"
@@ -52,23 +53,21 @@ def test_slurm_nodelist_expands_in_order():
 
 def test_srun_environment_gives_nnodes_node_rank_and_the_first_host():
     env = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "cn[104-105]", "SLURM_JOB_ID": "4242"}
-    got = nodes.resolve({"nnodes": 1, "node_rank": 0, "rdzv_endpoint": "", "timeout_s": 60}, env)
-    assert (got["nnodes"], got["node_rank"], got["rdzv_endpoint"]) == (2, 1, "cn104:29742")
-    assert got["rdzv_id"] == "slurm-4242" and got["timeout_s"] == 60
+    got = nodes.resolve(Launch(nnodes=1, node_rank=0, rdzv_endpoint="", timeout_s=60), env)
+    assert (got.nnodes, got.node_rank, got.rdzv_endpoint) == (2, 1, "cn104:29742")
+    assert got.rdzv_id == "slurm-4242" and got.timeout_s == 60
     # the cell's own launch config wins over SLURM's environment
-    cfg = {"nnodes": 2, "node_rank": 0, "rdzv_endpoint": "10.77.0.1:29400"}
+    cfg = Launch(nnodes=2, node_rank=0, rdzv_endpoint="10.77.0.1:29400")
     assert nodes.resolve(cfg, env) == cfg
     # one node (a single-node SLURM job included): nothing changes, torchrun --standalone
-    assert nodes.resolve({"nnodes": 1, "rdzv_endpoint": ""}, {**env, "SLURM_NNODES": "1"}) == {
-        "nnodes": 1,
-        "rdzv_endpoint": "",
-    }
+    one = Launch(nnodes=1, rdzv_endpoint="")
+    assert nodes.resolve(one, {**env, "SLURM_NNODES": "1"}) == one
     with pytest.raises(nodes.NodesError, match="SLURM_NODEID.*srun --ntasks-per-node 1"):
-        nodes.resolve({"nnodes": 1}, {"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "a,b", "SLURM_JOB_ID": "1"})
+        nodes.resolve(Launch(nnodes=1), {"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "a,b", "SLURM_JOB_ID": "1"})
     with pytest.raises(nodes.NodesError, match="node_rank 2 is outside 0..1"):
-        nodes.resolve({"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, {})
+        nodes.resolve(Launch(nnodes=2, node_rank=2, rdzv_endpoint="h:1"), {})
     with pytest.raises(nodes.NodesError, match="needs rdzv_endpoint"):
-        nodes.resolve({"nnodes": 2, "rdzv_endpoint": ""}, {})
+        nodes.resolve(Launch(nnodes=2, rdzv_endpoint=""), {})
 
 
 def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():

@@ -413,7 +413,7 @@ def test_stage_runs_a_cell_that_fits_on_the_gpus(tmp_path, monkeypatch):
     with pytest.raises(_Launched):
         run(_stage_ctx(tmp_path, "cuda", backend="jax_jit", strategy="dp", mesh={"dp": 2}))
     (torch_plan, torch_env), (jax_plan, env) = calls
-    assert torch_plan.launch["dist_backend"] == "nccl" and torch_env is None
+    assert torch_plan.launch.dist_backend == "nccl" and torch_env is None
     assert env["JAX_PLATFORMS"] == "cuda"
     calls.clear()
     _patch_gpus(monkeypatch, 1)  # device auto on one GPU: both run on the CPU instead of skipping

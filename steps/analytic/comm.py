@@ -93,7 +93,7 @@ def shard_axis(fsdp: int, ep: int) -> str:
 # ---- the sharding stage: the MLP (from scratch and JAX) ------------------------------------------
 def mlp_comm(plan: Plan) -> float:
     """Bytes one rank sends per step (for PP: the average over stages)."""
-    d, L, b = plan.mlp["dim"], plan.mlp["layers"], plan.bytes_per_elem
+    d, L, b = plan.mlp.dim, plan.mlp.layers, plan.bytes_per_elem
     rows = plan.batch_size / plan.data_size
     total = 0.0
     t = plan.axis("tp")

@@ -33,13 +33,13 @@ def param_counts(cfg) -> dict[str, int]:
 
 # ---- the sharding stage: the MLP (from scratch and JAX) ------------------------------------------
 def mlp_psi(plan: Plan) -> int:
-    d, h, L = plan.mlp["dim"], plan.mlp["hidden"], plan.mlp["layers"]
+    d, h, L = plan.mlp.dim, plan.mlp.hidden, plan.mlp.layers
     return L * (2 * d * h + h + d)
 
 
 def mlp_local_params(plan: Plan) -> float:
     """Parameters one rank holds: TP splits W1, b1, W2 (b2 is replicated); FSDP/PP divide by N."""
-    d, h, L = plan.mlp["dim"], plan.mlp["hidden"], plan.mlp["layers"]
+    d, h, L = plan.mlp.dim, plan.mlp.hidden, plan.mlp.layers
     t = plan.axis("tp")
     local = L * ((2 * d * h + h) / t + d)
     return local / plan.axis("fsdp") / plan.axis("pp")

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from typing import Self
 
 from steps.config.base import ConfigError
 
-__all__ = ["TRAJECTORY", "field_names", "trajectory_fields", "typed"]
+__all__ = ["TRAJECTORY", "Section", "field_names", "trajectory_fields", "typed"]
 
 # field metadata: a key that defines what is trained (data, schedule, optimiser hyperparameters),
 # not how fast: a run that changes one follows another trajectory, its loss is not comparable
@@ -48,3 +49,11 @@ def field_names(cls) -> tuple[str, ...]:
 def trajectory_fields(cls) -> tuple[str, ...]:
     """The fields marked TRAJECTORY (inherited ones included)."""
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("trajectory"))
+
+
+class Section:
+    """Base of a section's dataclass: `Cls.of(params)` is the resolved section (a dict) as a Cls."""
+
+    @classmethod
+    def of(cls, params) -> Self:
+        return typed(cls, params)

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrepareCorpusConfig:
+class PrepareCorpusConfig(Section):
     """prepare_corpus's resolved section."""
 
     source: str  # builtin:shakespeare | hf:<path>[:<name>] | a glob of local text/markdown files
@@ -21,15 +21,11 @@ class PrepareCorpusConfig:
     max_documents: int  # 0 = all documents
     min_chars: int  # drop shorter documents
 
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass
-
 
 @dataclass(frozen=True, kw_only=True)
-class TrainTokenizerConfig:
+class TrainTokenizerConfig(Section):
     """train_tokenizer's resolved section."""
 
     vocab_size: int
     min_frequency: int
     pretrained: str | None  # a hub/local tokenizer to use instead of training one
-
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass

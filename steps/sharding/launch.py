@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import replace
 from importlib import util
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def gpus_needed(plan: Plan) -> int:
     one per JAX mesh device (JAX cells run in one process on one node)."""
     if jax_cell(plan):
         return max(plan.world, 1)
-    return max(plan.world // max(int(plan.launch.get("nnodes", 1)), 1), 1)
+    return max(plan.world // max(plan.launch.nnodes, 1), 1)
 
 
 def _gpus(n: int) -> str:
@@ -81,7 +82,7 @@ def torch_backend(plan: Plan, device: str, n_gpus: int) -> str:
     """The process-group backend of a torch cell: "nccl" (one GPU per local rank) or "gloo" (CPU).
     Raises NotEnoughGPUs when the cell must run on GPUs (device cuda, or dist_backend nccl) and
     this node has fewer than it has local ranks."""
-    need, asked = gpus_needed(plan), plan.launch.get("dist_backend", "gloo")
+    need, asked = gpus_needed(plan), plan.launch.dist_backend
     if device == "cpu" and asked != "nccl":
         return "gloo"
     if n_gpus >= need:
@@ -119,7 +120,7 @@ def jax_env(plan: Plan, device: str, n_gpus: int, jax_cuda: bool) -> dict:
 
 def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
     ln = plan.launch
-    nnodes = int(ln.get("nnodes", 1))
+    nnodes = ln.nnodes
     if plan.world % nnodes:
         raise LaunchError(f"world {plan.world} (mesh {plan.mesh}) does not split over nnodes={nnodes}")
     cmd = [
@@ -131,7 +132,7 @@ def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
         "--nproc_per_node",
         str(plan.world // nnodes),
     ]
-    if nnodes == 1 and not ln.get("rdzv_endpoint"):
+    if nnodes == 1 and not ln.rdzv_endpoint:
         cmd.append("--standalone")
     else:  # multi-node: every node runs the same job with its node_rank and the shared endpoint
         cmd += nodes.torchrun_args(ln)
@@ -201,7 +202,7 @@ def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
     strategy) without an engine fails here, before any process starts (engines.entry).
     Across nodes (nodes.py: the config or SLURM's environment) this runs this node's share; node 0
     returns every rank's record, another node [] once its ranks are done."""
-    timeout = float(plan.launch.get("timeout_s", 120))
+    timeout = float(plan.launch.timeout_s)
     engines.entry(plan.backend, plan.strategy)
     if jax_cell(plan):
         run_processes(jax_cmd(plan, out), out, timeout, env or jax_env(plan, "cpu", 0, False))
@@ -210,15 +211,15 @@ def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
         ln = nodes.resolve(plan.launch)
     except nodes.NodesError as exc:
         raise LaunchError(str(exc)) from None
-    plan = plan if ln == plan.launch else Plan.from_params({**plan.to_dict(), "launch": ln})
-    if int(ln.get("nnodes", 1)) == 1:
+    plan = plan if ln == plan.launch else replace(plan, launch=ln)
+    if ln.nnodes == 1:
         run_processes(torchrun_cmd(plan, out), out, timeout)
         return collect(out, plan.world)
     try:
         run_processes(torchrun_cmd(plan, out), out, timeout, nodes.rank_env(ln), nodes.log_name(ln))
     except LaunchError as exc:
         raise LaunchError(f"{nodes.diagnose(ln, out / 'peers.json')}; {exc}") from None
-    return collect(out, plan.world) if int(ln.get("node_rank", 0)) == 0 else []
+    return collect(out, plan.world) if ln.node_rank == 0 else []
 
 
 def main(argv=None) -> None:

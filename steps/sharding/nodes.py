@@ -24,6 +24,9 @@ import os
 import re
 import socket
 import subprocess
+from dataclasses import replace
+
+from steps.sharding.plan_sections import Launch
 
 SLURM_PORT_BASE = 29500  # + SLURM_JOB_ID % 1000
 
@@ -79,15 +82,14 @@ def from_slurm(env) -> dict:
     }
 
 
-def resolve(launch: dict, env=None) -> dict:
+def resolve(launch: Launch, env=None) -> Launch:
     """The cell's `launch` with nnodes, node_rank, rdzv_endpoint filled in (see the module doc)."""
     env = os.environ if env is None else env
-    nnodes = int(launch.get("nnodes", 1))
-    out = dict(launch)
-    if nnodes == 1 and not launch.get("rdzv_endpoint"):
-        out.update(from_slurm(env))
-    nnodes, rank = int(out.get("nnodes", 1)), int(out.get("node_rank", 0))
-    if nnodes > 1 and not out.get("rdzv_endpoint"):
+    out = launch
+    if launch.nnodes == 1 and not launch.rdzv_endpoint:
+        out = replace(launch, **from_slurm(env))
+    nnodes, rank = out.nnodes, out.node_rank
+    if nnodes > 1 and not out.rdzv_endpoint:
         raise NodesError(
             f"sharding.launch.nnodes {nnodes} needs rdzv_endpoint (host:port of node 0, e.g. 10.77.0.1:29400)"
         )
@@ -125,22 +127,22 @@ def route_to(host: str) -> tuple[str, str] | None:
         return None
 
 
-def torchrun_args(launch: dict) -> list[str]:
+def torchrun_args(launch: Launch) -> list[str]:
     """torchrun's multi-node arguments for this node; node 0 hosts the c10d store (is_host)."""
-    host, _ = split_endpoint(launch["rdzv_endpoint"])
+    host, _ = split_endpoint(launch.rdzv_endpoint)
     args = [
         "--nnodes",
-        str(launch["nnodes"]),
+        str(launch.nnodes),
         "--node_rank",
-        str(launch.get("node_rank", 0)),
+        str(launch.node_rank),
         "--rdzv_backend",
         "c10d",
         "--rdzv_endpoint",
-        launch["rdzv_endpoint"],
+        launch.rdzv_endpoint,
         "--rdzv_id",
-        str(launch.get("rdzv_id", "sharding")),
+        str(launch.rdzv_id),
         "--rdzv_conf",
-        f"is_host={int(int(launch.get('node_rank', 0)) == 0)},join_timeout={int(float(launch.get('timeout_s', 120)))}",
+        f"is_host={int(launch.node_rank == 0)},join_timeout={int(float(launch.timeout_s))}",
     ]
     route = route_to(host)
     if route:  # MASTER_ADDR of the ranks = rank-0 node's --local_addr (its hostname would not route here)
@@ -148,20 +150,20 @@ def torchrun_args(launch: dict) -> list[str]:
     return args
 
 
-def rank_env(launch: dict) -> dict:
+def rank_env(launch: Launch) -> dict:
     """The ranks' environment on this node: GLOO_SOCKET_IFNAME = the interface toward node 0 (unless
     the user set one), N00BGPT_NODE_ADDR/_RANK = this node's address on it and its configured rank
     (worker.exchange_peers; c10d numbers the nodes in its own order, GROUP_RANK, by address)."""
-    route = route_to(split_endpoint(launch["rdzv_endpoint"])[0])
-    env = {"N00BGPT_NODE_ADDR": route[1] if route else "", "N00BGPT_NODE_RANK": str(launch.get("node_rank", 0))}
+    route = route_to(split_endpoint(launch.rdzv_endpoint)[0])
+    env = {"N00BGPT_NODE_ADDR": route[1] if route else "", "N00BGPT_NODE_RANK": str(launch.node_rank)}
     if route and not os.environ.get("GLOO_SOCKET_IFNAME"):
         env["GLOO_SOCKET_IFNAME"] = route[0]
     return env
 
 
-def log_name(launch: dict) -> str:
+def log_name(launch: Launch) -> str:
     """torchrun's log: node 0's keeps the one-node name; the others' do not clash on a shared disk."""
-    node = int(launch.get("node_rank", 0))
+    node = launch.node_rank
     return "processes.log" if node == 0 else f"processes.node{node}.log"
 
 
@@ -186,10 +188,10 @@ def reachable(addr: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def diagnose(launch: dict, peers_file) -> str:
+def diagnose(launch: Launch, peers_file) -> str:
     """Why a multi-node launch failed, as far as this node can see: the nodes it cannot reach."""
-    host, port = split_endpoint(launch["rdzv_endpoint"])
-    me = int(launch.get("node_rank", 0))
+    host, port = split_endpoint(launch.rdzv_endpoint)
+    me = launch.node_rank
     route = route_to(host)
     mine = route[1] if route else None
     try:

@@ -3,10 +3,13 @@ any plan's mesh says: axis sizes, world size, data axes, checks), and the descri
 sharding cell (the AXLearn lesson): mesh, strategy, schedule, model. The scale stage's plan is the
 same MeshPlan with its own knobs (steps/scale/scale_plan.py: ZeRO stage, SP, AC, batch).
 
-Both backends read the cell's Plan; torch applies it imperatively (torchtitan style:
-native/parallelize.py, scratch/), JAX hands it to the compiler as shardings (jax/). Which engine
-runs a (backend, strategy) is engines.py's table. Nothing here imports torch or jax at import time:
-the Snakemake job that launches a cell and the JAX process read the plan too.
+Plan is also the sharding section as a dataclass (defaults: workflow/schemas/sharding.schema.yaml;
+Plan's own are for plans written in code, the tests'): the stage builds it from its section, each
+rank from the JSON the launcher gives it (to_dict). Both backends read the cell's Plan; torch
+applies it imperatively (torchtitan style: native/parallelize.py, scratch/), JAX hands it to the
+compiler as shardings (jax/). Which engine runs a (backend, strategy) is engines.py's table.
+Nothing here imports torch or jax at import time: the Snakemake job that launches a cell and the
+JAX process read the plan too.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Literal, get_args
+
+from steps.config.typed import typed
+from steps.sharding.plan_sections import Fault, Launch, Mlp
 
 AXES = ("pp", "dp", "fsdp", "ep", "tp")  # outer -> inner, torchtitan's order: tp on neighbouring GPUs
 DATA_AXES = ("dp", "fsdp", "ep")  # the axes that split the batch (ep: for every parameter but the experts)
@@ -33,8 +40,10 @@ STRATEGY_AXES = {
     "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (expert_parallel.py)
     "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
 }
+Strategy = Literal["single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep"]
 PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}
-BACKENDS = ("torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons")
+Backend = Literal["torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons"]
+BACKENDS = get_args(Backend)
 
 
 class PlanError(ValueError):
@@ -73,63 +82,56 @@ class MeshPlan:
             raise PlanError(f"{key} sizes must be >= 1, got {self.mesh}")
 
 
-@dataclass(frozen=True)
+JOB_ONLY = {"job": True}  # field metadata: the Snakemake job's knob, not the ranks' (not in to_dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan(MeshPlan):
-    backend: str = "torch_scratch"
-    strategy: str = "dp"
+    backend: Backend = "torch_scratch"
+    strategy: Strategy = "dp"
     mesh: dict = field(default_factory=lambda: {"dp": 2})
-    schedule: str = "gpipe"  # pp only: gpipe | 1f1b
+    schedule: Literal["gpipe", "1f1b"] = "gpipe"  # pp only
     microbatches: int = 4  # pp only
-    model: str = "mlp"  # mlp | gpt
-    dtype: str = "float32"  # float32 | float64
+    model: Literal["mlp", "gpt"] = "mlp"
+    dtype: Literal["float32", "float64"] = "float32"
     steps: int = 3  # K optimizer steps compared against one device
     batch_size: int = 16  # global batch (rows for the MLP, sequences for the GPT)
     lr: float = 1e-3
-    optimizer: str = "adam"  # adam | sgd (momentum 0.9): see parity note in optimizer_for()
+    optimizer: Literal["adam", "sgd"] = "adam"  # sgd: momentum 0.9; see parity note in optimizer_for()
     seed: int = 1234
     cross_backend: bool = False  # jax cells: also run the torch single-device step and compare
     sequence_parallel: bool = False  # native TP on the GPT: shard LayerNorm/dropout activations on sequence
-    mlp: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "layers": 4})
+    mlp: Mlp = Mlp()
+    # GPTConfig's fields by name (the schema's: vocab_size, block_size, n_layer, n_head, n_embd, moe;
+    # code may add others): a dict, not a GPTConfig, so that the plan stays torch-free; the ranks
+    # build the model's GPTConfig from it (gpt_init.gpt_config)
     gpt: dict = field(
         default_factory=lambda: {"vocab_size": 128, "block_size": 16, "n_layer": 2, "n_head": 4, "n_embd": 32}
     )
-    launch: dict = field(
-        default_factory=lambda: {
-            "nnodes": 1,
-            "rdzv_endpoint": "",
-            "node_rank": 0,
-            "timeout_s": 120,
-            "dist_backend": "gloo",
-        }
-    )
-    # test fixtures: a rank that exits/hangs (kill_rank), a replica that drifts (diverge_rank), every
-    # rank pausing before a step (hold_s: the cut-link test): worker.py
-    fault: dict = field(
-        default_factory=lambda: {
-            "kill_rank": -1,
-            "at_step": 1,
-            "mode": "exit",
-            "diverge_rank": -1,
-            "diverge_by": 1e-3,
-            "diverge_param": "",
-            "hold_s": 0,
-        }
-    )
+    launch: Launch = Launch()
+    fault: Fault = Fault()
+    job_threads: int = field(default=1, metadata=JOB_ONLY)  # cores Snakemake reserves for the cell's job
 
     @classmethod
     def from_params(cls, params: dict) -> "Plan":
+        """The plan of a sharding section (the job's params, or the JSON a rank is given): keys that
+        are no field are left out, nested dicts become their dataclasses (absent keys: defaults)."""
         known = {k: v for k, v in params.items() if k in cls.__dataclass_fields__}
         # a job's cfg is JSON with sorted keys, so a YAML mesh's order never reaches here: the
         # strategy fixes it (outer axis first)
         want, mesh = STRATEGY_AXES.get(known.get("strategy", cls.strategy), ()), known.get("mesh")
         if isinstance(mesh, dict) and set(mesh) == set(want):
             known["mesh"] = {a: mesh[a] for a in want}
-        plan = cls(**known)
+        plan = typed(cls, known)
         plan.check()
         return plan
 
+    of = from_params  # every section dataclass's builder is `of` (tests/test_config_knobs.py)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """What the ranks are given (--plan JSON) and the stage logs as its `plan` tag."""
+        d = asdict(self)
+        return {f.name: d[f.name] for f in fields(self) if not f.metadata.get("job")}
 
     # ---- derived facts (world, axis, data_axes, data_size: MeshPlan) ----------------------
     @property
@@ -169,12 +171,12 @@ class Plan(MeshPlan):
                 raise PlanError(
                     f"sharding.batch_size {self.batch_size} must divide by microbatches {self.microbatches}"
                 )
-        layers = self.mlp["layers"] if self.model == "mlp" else self.gpt["n_layer"]
+        layers = self.mlp.layers if self.model == "mlp" else self.gpt["n_layer"]
         if self.strategy == "pp" and layers % self.axis("pp"):
             raise PlanError(f"sharding: {layers} layers do not split evenly over pp={self.axis('pp')} stages")
         tp = self.axis("tp")
-        if self.model == "mlp" and self.mlp["hidden"] % tp:
-            raise PlanError(f"sharding.mlp.hidden {self.mlp['hidden']} must divide by tp={tp}")
+        if self.model == "mlp" and self.mlp.hidden % tp:
+            raise PlanError(f"sharding.mlp.hidden {self.mlp.hidden} must divide by tp={tp}")
         if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
             raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
         if "ep" in self.mesh:

@@ -41,7 +41,7 @@ def single_device(plan: Plan, model: torch.nn.Module, batches, state) -> tuple[l
 def mlp_reference(plan: Plan, full: dict[str, torch.Tensor], dtype) -> tuple[list, list, dict]:
     model = MLP(full)
     batches = [
-        [torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, step)]
+        [torch.tensor(a, dtype=dtype) for a in make_batch(plan.batch_size, plan.mlp.dim, plan.seed, step)]
         for step in range(plan.steps)
     ]
     return single_device(plan, model, batches, model.full_state)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 
 from steps.core import InputError, SkipCell, Stage
 from steps.core.job import split_metrics
@@ -116,36 +117,35 @@ def placement(plan, device: str, n_gpus: int, jax_cuda: bool):
         backend = launcher.torch_backend(plan, device, n_gpus)
     except launcher.NotEnoughGPUs as exc:
         raise SkipCell(str(exc)) from None
-    if backend != plan.launch.get("dist_backend", "gloo"):
-        plan = Plan.from_params({**plan.to_dict(), "launch": {**plan.launch, "dist_backend": backend}})
+    if backend != plan.launch.dist_backend:
+        plan = replace(plan, launch=replace(plan.launch, dist_backend=backend))
     return plan, None
 
 
 def run(ctx) -> dict:
-    params = dict(ctx.params)
     try:
-        plan = Plan.from_params({**params, "seed": ctx.seed})
+        plan = Plan.from_params({**ctx.params, "seed": ctx.seed})
         engines.entry(plan.backend, plan.strategy)  # a strategy its backend has no engine for
     except PlanError as exc:
         raise InputError(f"cell {ctx.cell}: {exc}") from None
     device = ctx.common.get("device", "cpu")
-    gpu_possible = device != "cpu" or plan.launch.get("dist_backend") == "nccl"  # cpu: no torch import
+    gpu_possible = device != "cpu" or plan.launch.dist_backend == "nccl"  # cpu: no torch import
     # counted here rather than through ctx.device: "needs 2 GPUs, found 0" says more than "no CUDA"
     is_jax = launcher.jax_cell(plan)
     plan, env = placement(
         plan, device, launcher.cuda_gpus() if gpu_possible else 0, is_jax and gpu_possible and launcher.jax_has_cuda()
     )
-    on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.get("dist_backend") == "nccl")
+    on_gpu = (env or {}).get("JAX_PLATFORMS") == "cuda" or (env is None and plan.launch.dist_backend == "nccl")
     ctx.info["placement"] = (
         (f"{plan.world} GPU(s), " if on_gpu else "CPU, ")
-        + ("JAX" if is_jax else plan.launch.get("dist_backend", "gloo"))
-        + (f", {plan.launch['nnodes']} nodes" if int(plan.launch.get("nnodes", 1)) > 1 else "")
+        + ("JAX" if is_jax else plan.launch.dist_backend)
+        + (f", {plan.launch.nnodes} nodes" if plan.launch.nnodes > 1 else "")
     )
     ctx.set_tag("plan", plan.to_dict())
     node_rank = node_of(plan)
     if node_rank:
         raise InputError(
-            f"cell {ctx.cell}: this job is node {node_rank} of {plan.launch.get('nnodes')}; the stage runs on "
+            f"cell {ctx.cell}: this job is node {node_rank} of {plan.launch.nnodes}; the stage runs on "
             "node 0 (it owns the MLflow run): start the other nodes with `python -m steps.sharding.launch "
             "--plan PLAN --out DIR` (steps/sharding/nodes.py)"
         )
@@ -182,7 +182,7 @@ def run(ctx) -> dict:
     )
     if not m["parity_ok"]:
         fail(ctx, m)
-    cores = params.get("job_threads") or ctx.threads
+    cores = plan.job_threads or ctx.threads
     if cores and cores < plan.world and not on_gpu:  # the scheduler may run another cell beside this one
         ctx.info["notes"] += f"; {plan.world} ranks on {cores} reserved core(s): tokens/s not timing-grade"
     return m
@@ -191,7 +191,7 @@ def run(ctx) -> dict:
 def node_of(plan) -> int:
     """This job's node (the cell's launch config, else SLURM's environment: nodes.resolve)."""
     try:
-        return int(nodes.resolve(plan.launch).get("node_rank", 0))
+        return nodes.resolve(plan.launch).node_rank
     except nodes.NodesError as exc:
         raise InputError(str(exc)) from None
 

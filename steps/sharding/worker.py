@@ -54,11 +54,11 @@ def maybe_fault(plan: Plan, rank: int, step: int, out: Path) -> None:
     rank pausing hold_s before step at_step, after writing out/hold.rank<r> (the cut-link test
     takes a link down meanwhile, so the step's collectives meet a dead link)."""
     f = plan.fault
-    if f.get("hold_s", 0) and step == f.get("at_step", 1):
+    if f.hold_s and step == f.at_step:
         (out / f"hold.rank{rank}").write_text(str(time.time()))
-        time.sleep(float(f["hold_s"]))
-    if f.get("kill_rank", -1) == rank and step == f.get("at_step", 1):
-        if f.get("mode", "exit") == "hang":
+        time.sleep(float(f.hold_s))
+    if f.kill_rank == rank and step == f.at_step:
+        if f.mode == "hang":
             time.sleep(10**6)
         os._exit(17)
 
@@ -70,12 +70,12 @@ def maybe_diverge(plan: Plan, named_params, rank: int, step: int) -> None:
     fault.diverge_param ("" = any: its replica or its shard; "experts" = one of its own experts),
     as a bug in one rank's update would. The cell's parity check must fail."""
     f = plan.fault
-    if f.get("diverge_rank", -1) != rank or step != f.get("at_step", 1):
+    if f.diverge_rank != rank or step != f.at_step:
         return
     for name, p in named_params:
         local = p.to_local() if hasattr(p, "to_local") else p
-        if local.numel() and f.get("diverge_param", "") in name:
-            local.view(-1)[0] += float(f.get("diverge_by", 1e-3))
+        if local.numel() and f.diverge_param in name:
+            local.view(-1)[0] += float(f.diverge_by)
             return
 
 
@@ -166,8 +166,8 @@ def exchange_peers(out: Path) -> None:
 def main() -> None:
     plan, out = plan_from_argv()
     torch.set_num_threads(1)
-    backend = plan.launch.get("dist_backend", "gloo")
-    dist.init_process_group(backend, timeout=timedelta(seconds=float(plan.launch.get("timeout_s", 120))))
+    backend = plan.launch.dist_backend
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(plan.launch.timeout_s)))
     if backend == "nccl":  # CUDA: every factory call below lands on this rank's GPU (untested here: no GPU)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         torch.set_default_device(f"cuda:{torch.cuda.current_device()}")

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from steps.config.typed import typed
+from steps.config.typed import Section
 from steps.word2vec.train import TrainOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class Word2VecConfig(TrainOptions):
+class Word2VecConfig(TrainOptions, Section):
     """One word2vec cell's resolved section (TrainOptions' fields: the trainer's knobs)."""
 
     threads: int  # torch threads = gensim workers (0 = the global threads)
@@ -31,5 +31,3 @@ class Word2VecConfig(TrainOptions):
     export: bool  # write vectors.txt
     probes: list[str]
     groups: dict[str, list[str]]
-
-    of = classmethod(typed)  # a resolved section (dict) as the dataclass

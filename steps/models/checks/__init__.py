@@ -1,6 +1,6 @@
 """Parity checks: each hand-written piece against an independent reference, with a tolerance.
 
-A check function takes the stage params and returns rows
+A check function takes the components section (steps.components.ComponentsConfig) and returns rows
     {"component", "reference", "max_abs_err", "tolerance", "pass"}.
 `parity_rows()` runs every registered check. Other modules (e.g. fused kernels in steps/perf/)
 add theirs with `@register_parity`; the components stage imports the modules named in its

@@ -8,10 +8,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-PARITY_CHECKS: list[Callable[[dict], list[dict]]] = []
+PARITY_CHECKS: list[Callable[..., list[dict]]] = []
 
 
-def register_parity(fn: Callable[[dict], list[dict]]):
+def register_parity(fn: Callable[..., list[dict]]):
     PARITY_CHECKS.append(fn)
     return fn
 
@@ -80,8 +80,9 @@ def _t(*shape, grad=True):
     return torch.randn(*shape, dtype=torch.float64, requires_grad=grad)
 
 
-def parity_rows(params: dict | None = None, checks=None) -> list[dict]:
-    """Every registered check's rows (or just `checks`), float64 throughout."""
+def parity_rows(params=None, checks=None) -> list[dict]:
+    """Every registered check's rows (or just `checks`), float64 throughout; each check is handed
+    `params`, the components section (steps.components.ComponentsConfig; {} when None)."""
     params = params or {}
     rows = []
     for fn in checks or PARITY_CHECKS:

@@ -92,13 +92,13 @@ def maybe_diverge(plan: Plan, params: dict, t: int) -> dict:
     """Test fixture (fault.diverge_rank, as worker.maybe_diverge): after step fault.at_step, the copy
     on device diverge_rank of the first parameter gets fault.diverge_by added to one element."""
     f = plan.fault
-    if f.get("diverge_rank", -1) < 0 or t != f.get("at_step", 1):
+    if f.diverge_rank < 0 or t != f.at_step:
         return params
     name = next(iter(params))
     a = params[name]
     parts = [
-        s.data.at[(0,) * s.data.ndim].add(float(f.get("diverge_by", 1e-3)))
-        if s.device.id == f["diverge_rank"] and s.data.size
+        s.data.at[(0,) * s.data.ndim].add(float(f.diverge_by))
+        if s.device.id == f.diverge_rank and s.data.size
         else s.data
         for s in a.addressable_shards
     ]

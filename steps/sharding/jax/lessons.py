@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 
 import jax
@@ -28,8 +29,8 @@ from steps.sharding.toy_mlp_init import init_mlp, make_batch
 
 
 def jit_speedup(plan: Plan) -> dict:
-    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
-    x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, 0))
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_mlp(**asdict(plan.mlp), seed=plan.seed).items()}
+    x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp.dim, plan.seed, 0))
     single = Plan.from_params({**plan.to_dict(), "backend": "jax_jit", "strategy": "single", "mesh": {}})
     grad = jax.value_and_grad(make_loss(single, MLPModel(), list(params), explicit=False))
     jitted = jax.jit(grad)

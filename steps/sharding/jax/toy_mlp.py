@@ -3,6 +3,8 @@ engine asks of a model: init, spec, batch, forward, analytic, torch_reference.""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import jax
 
 from steps.analytic import costs
@@ -22,16 +24,16 @@ class MLPModel:
     """What the engine needs of a model: weights, a spec per weight, forward, batches, analytic costs."""
 
     def init(self, plan: Plan) -> dict:
-        return init_mlp(**plan.mlp, seed=plan.seed)
+        return init_mlp(**asdict(plan.mlp), seed=plan.seed)
 
     def spec(self, plan: Plan, name: str):
         return SPECS[plan.strategy][name.split(".")[1]]
 
     def batch(self, plan: Plan, t: int):
-        return make_batch(plan.batch_size, plan.mlp["dim"], plan.seed, t)
+        return make_batch(plan.batch_size, plan.mlp.dim, plan.seed, t)
 
     def forward(self, plan: Plan, params, x, tp, gather):
-        for i in range(plan.mlp["layers"]):
+        for i in range(plan.mlp.layers):
             keys = [f"{i}.{p}" for p in PARAM_NAMES]
 
             def f(x, *ws, keys=keys):

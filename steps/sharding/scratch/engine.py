@@ -8,6 +8,7 @@ data axis, that axis' size); the engine registry lists these strategies for torc
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
@@ -58,13 +59,13 @@ class ScratchEngine:
 
     def __init__(self, plan: Plan, dtype):
         self.plan, self.dtype = plan, dtype
-        self.full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**plan.mlp, seed=plan.seed).items()}
+        self.full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**asdict(plan.mlp), seed=plan.seed).items()}
         self.model, self.data_rank, self.data_size = BUILDERS[plan.strategy](plan, self.full)
 
     def batch(self, step: int, dtype):
         x, y = (
             torch.tensor(a, dtype=dtype)
-            for a in make_batch(self.plan.batch_size, self.plan.mlp["dim"], self.plan.seed, step)
+            for a in make_batch(self.plan.batch_size, self.plan.mlp.dim, self.plan.seed, step)
         )
         return tuple(t.chunk(self.data_size)[self.data_rank] for t in (x, y))
 
