@@ -125,6 +125,39 @@ def test_every_schema_key_is_a_field_and_every_other_field_has_a_default(stage):
     assert all(fields[k].default is not dataclasses.MISSING for k in set(fields) - keys), "a field outside the schema"
 
 
+def schema_types(annotation) -> tuple[set, list | None]:
+    """(JSON types, enum) of a section field's annotation: json_schema_of, plus the nested
+    dataclasses (objects) and lists a section holds."""
+    origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):
+        return {"object"}, None
+    if origin is list or annotation is list:
+        return {"array"}, None
+    if origin in (typing.Union, types.UnionType):
+        inner = [schema_types(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return set().union(*(t for t, _ in inner)) | {"null"}, None
+    want = json_schema_of(annotation)
+    return {want["type"]}, want.get("enum")
+
+
+def section_entries():
+    for stage, cls in section_classes().items():
+        props, hints = stage_schema(stage)["properties"], typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in props and f.name not in MATRIX_KEYS:
+                yield stage, f.name, props[f.name], hints[f.name]
+
+
+@pytest.mark.parametrize("stage,key,entry,annotation", list(section_entries()), ids=lambda v: str(v)[:40])
+def test_every_section_field_has_its_schema_type_and_choices(stage, key, entry, annotation):
+    """The schema holds the defaults; the dataclass the types: both say the same type and choices."""
+    types_, enum = schema_types(annotation)
+    got = entry["type"] if isinstance(entry["type"], list) else [entry["type"]]
+    assert set(got) == types_, f"workflow/schemas/{stage}.schema.yaml: {key} type {got} vs {annotation}"
+    if enum is not None:
+        assert entry.get("enum") == enum, f"workflow/schemas/{stage}.schema.yaml: {key} choices"
+
+
 def kept(params, built) -> bool:
     """Every key of `params` is in `built` (the dataclass as a dict) with the same value."""
     if isinstance(params, dict):
