@@ -68,7 +68,10 @@ def nvidia_smi(field: str) -> str:
 
 
 def slug(text: str, n: int = 32) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:n].strip("-") or "unknown"
+    """A file-name part: lower case, runs of other characters a dash, trademark marks dropped
+    ("Intel(R) Xeon(R) Processor" -> intel-xeon-processor)."""
+    text = re.sub(r"\((r|tm|c)\)", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:n].strip("-") or "unknown"
 
 
 def record_name(facts: dict) -> str:
