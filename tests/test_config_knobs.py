@@ -158,6 +158,43 @@ def test_every_section_field_has_its_schema_type_and_choices(stage, key, entry, 
         assert entry.get("enum") == enum, f"workflow/schemas/{stage}.schema.yaml: {key} choices"
 
 
+def schema_default(entry: dict):
+    """The default a schema entry fills in: its own, or for an object its properties' defaults."""
+    if "default" in entry and entry["default"] != {}:
+        return entry["default"]
+    if entry.get("type") == "object" and "properties" in entry:
+        return {k: schema_default(v) for k, v in entry["properties"].items() if "default" in v or "properties" in v}
+    return entry.get("default")
+
+
+@pytest.mark.parametrize("stage", list(section_classes()))
+def test_a_default_a_section_dataclass_declares_is_the_schema_s(stage):
+    """Defaults live in the schema; a section field that declares one too (a Plan written in code,
+    the tests') must say the same, nested sections key by key."""
+    props, cls = stage_schema(stage)["properties"], section_classes()[stage]
+    checked = 0
+    for f in dataclasses.fields(cls):
+        if f.name not in props or f.name in MATRIX_KEYS:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            continue
+        default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+        want = schema_default(props[f.name])
+        if want in (None, {}):  # the schema sets none (e.g. sharding.mesh: every cell names its own)
+            continue
+        if isinstance(default, dict) and isinstance(want, dict):  # key by key, where both name the key
+            both = set(default) & set(want)
+            assert both, (stage, f.name, "the code's default and the schema's share no key")
+            default, want = {k: default[k] for k in both}, {k: want[k] for k in both}
+        assert kept(want, list(default) if isinstance(default, tuple) else default), (stage, f.name, default, want)
+        checked += 1
+    assert checked or not any(f.default is not dataclasses.MISSING for f in dataclasses.fields(cls) if f.name in props)
+
+
 def kept(params, built) -> bool:
     """Every key of `params` is in `built` (the dataclass as a dict) with the same value."""
     if isinstance(params, dict):
