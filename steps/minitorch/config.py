@@ -4,16 +4,11 @@ model knobs are GPTConfig's (declared there, once); here only what each cell add
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 from steps.config.typed import Section
 from steps.models.gpt import GPTConfig
-
-
-def gpt_config(knobs: GPTConfig, **changes) -> GPTConfig:
-    """The GPTConfig part of a cell's model section (a GPTConfig holding the cell's own keys too)."""
-    return GPTConfig(**{**{f.name: getattr(knobs, f.name) for f in fields(GPTConfig)}, **changes})
 
 
 @dataclass(kw_only=True)

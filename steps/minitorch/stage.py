@@ -103,11 +103,10 @@ def load_tokens(ctx: StageRun, g: MinitorchGpt):
 def torch_gpt(ctx: StageRun, g: MinitorchGpt, vocab_size: int):
     import torch
 
-    from steps.minitorch.config import gpt_config
     from steps.models.gpt import GPTLMHeadModel
 
     torch.manual_seed(ctx.seed)
-    return GPTLMHeadModel(gpt_config(g, vocab_size=vocab_size, dropout=0.0)).double()
+    return GPTLMHeadModel(g.knobs(vocab_size=vocab_size, dropout=0.0)).double()
 
 
 def gpt_parity(torch_model, ours, idx) -> dict:

@@ -101,7 +101,6 @@ def run_translate(ctx: StageRun, t: MinitorchTranslate, backend: str) -> dict:
     import torch
 
     from steps import minitorch as mt
-    from steps.minitorch.config import gpt_config
     from steps.minitorch.models import DecoderLM
     from steps.models.gpt import GPTLMHeadModel
 
@@ -110,7 +109,7 @@ def run_translate(ctx: StageRun, t: MinitorchTranslate, backend: str) -> dict:
     tok = train_bpe(train, t.vocab_size)
     idx, targets = encode_pairs(tok, train, t.block_size)
     torch.manual_seed(ctx.seed)  # GPT-2's initialisation, taken from our torch GPT
-    cfg = gpt_config(t, vocab_size=tok.get_vocab_size(), dropout=0.0)  # the trained BPE's size
+    cfg = t.knobs(vocab_size=tok.get_vocab_size(), dropout=0.0)  # the trained BPE's size
     model = DecoderLM.from_torch(GPTLMHeadModel(cfg).double(), backend)
     opt = mt.AdamW(model.parameters(), lr=t.lr, weight_decay=0.0)
     rng = np.random.default_rng(ctx.seed)

@@ -28,7 +28,7 @@ T_past cached positions and T_k = T_past + T keys.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
@@ -84,6 +84,11 @@ class GPTConfig:
             raise ValueError("rope needs an even head_dim")
         if self.moe is not None:
             self.moe = moe_settings(self.moe)
+
+    def knobs(self, **changes) -> "GPTConfig":
+        """The GPTConfig part of a stage's model section (a dataclass extending GPTConfig with the
+        stage's own keys: perf.model, minitorch.gpt), with `changes`."""
+        return GPTConfig(**{**{f.name: getattr(self, f.name) for f in fields(GPTConfig)}, **changes})
 
     @property
     def kv_heads(self) -> int:

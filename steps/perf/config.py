@@ -4,7 +4,7 @@ GPTConfig's (declared there, once); here only what perf adds. Defaults: the sche
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal
 
 from steps.config.typed import TRAJECTORY, typed
@@ -18,10 +18,6 @@ class PerfModel(GPTConfig):
 
     pad_vocab_multiple: int  # embedding/LM-head rows rounded up to a multiple (the data keeps vocab_size)
     fp8: bool  # fp8 matmuls in the blocks' linears (steps/models/fp8.py)
-
-    def gpt_config(self, **changes) -> GPTConfig:
-        """The GPTConfig part, with `changes`."""
-        return GPTConfig(**{**{f.name: getattr(self, f.name) for f in fields(GPTConfig)}, **changes})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,7 +75,7 @@ def padded_vocab(p: PerfConfig) -> int:
 def gpt_config(p: PerfConfig):
     """The model's config: perf.model's GPTConfig knobs, the padded vocabulary, and the model
     knobs perf keeps beside the step's."""
-    return p.model.gpt_config(vocab_size=padded_vocab(p), attn=p.attn, checkpoint_activations=p.checkpoint_activations)
+    return p.model.knobs(vocab_size=padded_vocab(p), attn=p.attn, checkpoint_activations=p.checkpoint_activations)
 
 
 def synthetic_batches(p: PerfConfig, seed: int, device: torch.device) -> list[torch.Tensor]:
