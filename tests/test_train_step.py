@@ -131,7 +131,7 @@ def test_reproduces_benchmark_loop_given_its_optimizer():
 
 
 def test_reproduces_sharding_reference_loop():
-    """steps/sharding/native.py reference() before the merge (now reference.gpt_reference):
+    """the sharding stage's old native.py reference() loop (now steps/sharding/reference.py gpt_reference):
     zero_grad, forward, backward, record gradients, step; in float64 with the plan's optimizer."""
     from steps.sharding.gpt_init import full_model, gpt_batch
     from steps.sharding.plan import Plan
