@@ -4,6 +4,8 @@ without JAX importing torch. Per block: W1 (hidden, dim), b1 (hidden), W2 (dim, 
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
 PARAM_NAMES = ("w1", "b1", "w2", "b2")
@@ -26,3 +28,8 @@ def make_batch(batch: int, dim: int, seed: int, step: int) -> tuple[np.ndarray, 
     rng = np.random.default_rng([seed, step])
     x = rng.normal(size=(batch, dim))
     return x, np.tanh(x[:, ::-1].copy())
+
+
+def init_plan_mlp(plan) -> dict[str, np.ndarray]:
+    """init_mlp of a sharding Plan: its mlp section's sizes and its seed."""
+    return init_mlp(**asdict(plan.mlp), seed=plan.seed)

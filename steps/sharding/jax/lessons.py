@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import statistics
-from dataclasses import asdict
 from pathlib import Path
 
 import jax
@@ -25,11 +24,11 @@ from steps.paired import MIN_PAIRS, interleave, ratio_of_pairs
 from steps.sharding.jax.engine import make_loss
 from steps.sharding.jax.toy_mlp import MLPModel
 from steps.sharding.plan import Plan
-from steps.sharding.toy_mlp_init import init_mlp, make_batch
+from steps.sharding.toy_mlp_init import init_plan_mlp, make_batch
 
 
 def jit_speedup(plan: Plan) -> dict:
-    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_mlp(**asdict(plan.mlp), seed=plan.seed).items()}
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in init_plan_mlp(plan).items()}
     x, y = (jnp.asarray(a, jnp.float32) for a in make_batch(plan.batch_size, plan.mlp.dim, plan.seed, 0))
     single = Plan.from_params({**plan.to_dict(), "backend": "jax_jit", "strategy": "single", "mesh": {}})
     grad = jax.value_and_grad(make_loss(single, MLPModel(), list(params), explicit=False))

@@ -3,14 +3,12 @@ engine asks of a model: init, spec, batch, forward, analytic, torch_reference.""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import jax
 
 from steps.analytic import costs
 from steps.sharding.jax.specs import SPECS, remat
 from steps.sharding.plan import Plan
-from steps.sharding.toy_mlp_init import PARAM_NAMES, init_mlp, make_batch
+from steps.sharding.toy_mlp_init import PARAM_NAMES, init_plan_mlp, make_batch
 
 
 def block(x, w1, b1, w2, b2, tp_axis=None):
@@ -24,7 +22,7 @@ class MLPModel:
     """What the engine needs of a model: weights, a spec per weight, forward, batches, analytic costs."""
 
     def init(self, plan: Plan) -> dict:
-        return init_mlp(**asdict(plan.mlp), seed=plan.seed)
+        return init_plan_mlp(plan)
 
     def spec(self, plan: Plan, name: str):
         return SPECS[plan.strategy][name.split(".")[1]]

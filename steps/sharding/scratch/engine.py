@@ -8,7 +8,6 @@ data axis, that axis' size); the engine registry lists these strategies for torc
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
@@ -22,7 +21,7 @@ from steps.sharding.scratch.fsdp import FullyShardedMLP
 from steps.sharding.scratch.pp import PipelineMLP
 from steps.sharding.scratch.tp import TensorParallelMLP
 from steps.sharding.toy_mlp import MLP
-from steps.sharding.toy_mlp_init import init_mlp, make_batch
+from steps.sharding.toy_mlp_init import init_plan_mlp, make_batch
 
 
 def _whole_world() -> tuple[int, int]:
@@ -59,7 +58,7 @@ class ScratchEngine:
 
     def __init__(self, plan: Plan, dtype):
         self.plan, self.dtype = plan, dtype
-        self.full = {k: torch.tensor(v, dtype=dtype) for k, v in init_mlp(**asdict(plan.mlp), seed=plan.seed).items()}
+        self.full = {k: torch.tensor(v, dtype=dtype) for k, v in init_plan_mlp(plan).items()}
         self.model, self.data_rank, self.data_size = BUILDERS[plan.strategy](plan, self.full)
 
     def batch(self, step: int, dtype):
