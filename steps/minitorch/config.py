@@ -63,6 +63,7 @@ class MinitorchConfig(Section):
     matmul_size: int
     matmul_pairs: int
     peak_matmul_size: int
+    job_threads: int  # cores Snakemake reserves for the cell's job and torch's threads in it (0 = the global threads)
     gpt: MinitorchGpt
     classifier: MinitorchClassifier
     translate: MinitorchTranslate

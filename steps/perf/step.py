@@ -9,6 +9,7 @@ built, so a CPU run lists the CUDA-only cells with their reason.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import torch
@@ -20,11 +21,13 @@ from steps.models.fp8 import convert_to_fp8
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.train_step import StepOptions, TrainStep, matmul_dtype
 from steps.perf.config import PerfConfig
+from steps.perf.cuda_only import cuda_only_reason
 from steps.perf.fused import fuse_model, triton_available
 
 
 def check_device(p: PerfConfig, device: torch.device) -> None:
-    """SkipCell for knobs that exist only on CUDA (never emulated on CPU)."""
+    """SkipCell for knobs that exist only on CUDA (never emulated on CPU): cuda_only.py, which reads
+    the section as a dict without torch, for the rule too."""
     if device.type == "cuda":
         if p.fused_backend == "triton" and not triton_available():
             raise SkipCell("skipped: needs the triton package")
@@ -35,16 +38,9 @@ def check_device(p: PerfConfig, device: torch.device) -> None:
                 f"(Ada, Hopper); this GPU is {cap[0]}.{cap[1]}"
             )
         return
-    if p.model.fp8:
-        raise SkipCell("skipped: needs CUDA (fp8 tensor-core matmuls, compute capability 8.9+)")
-    if p.compile and p.compile_mode != "default":
-        raise SkipCell(f"skipped: needs CUDA (compile mode {p.compile_mode} captures CUDA graphs)")
-    if p.tf32:
-        raise SkipCell("skipped: needs CUDA (TF32 is an NVIDIA tensor-core matmul mode)")
-    if p.amp == "fp16":
-        raise SkipCell("skipped: needs CUDA (fp16 autocast with GradScaler)")
-    if p.fused_backend == "triton":
-        raise SkipCell("skipped: needs CUDA (Triton kernels)")
+    reason = cuda_only_reason(asdict(p))
+    if reason:
+        raise SkipCell(f"skipped: {reason}")
 
 
 def check_native_amp(p: PerfConfig, device: torch.device) -> None:

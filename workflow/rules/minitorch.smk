@@ -11,6 +11,6 @@ rule minitorch:
     log: "results/logs/minitorch/{cell}.log"
     benchmark: "results/benchmarks/minitorch/{cell}.tsv"
     resources: gpu=job_gpus(lambda p: int(p["backend"] == "cuda"))
-    threads: config["threads"]
+    threads: cell_threads("job_threads")
     conda: LAB_ENV
     shell: STAGE_SHELL

@@ -1,4 +1,5 @@
 # Single-device perf matrix: one job (and one MLflow run) per perf.cells entry.
+from steps.perf.cuda_only import cuda_only_reason
 
 rule perf:
     input:
@@ -16,8 +17,9 @@ rule perf:
     # local run (--cores). A cluster run gives no --cores: there the job asks the config's `threads`,
     # and its allocation's cores are its own (a profile's set-threads asks more); the job, re-planned
     # on its node (not the main process, `--cores all` there), must ask the same or its step exceeds
-    # the allocation.
-    threads: lambda wildcards: (workflow.global_resources["_cores"].value if workflow.is_main_process else None)
+    # the allocation. A cell that only skips here (a CUDA-only knob on a CPU device) asks one core.
+    threads: lambda wildcards: 1 if config["device"] == "cpu" and cuda_only_reason(cell_params("perf", wildcards)) else
+                               (workflow.global_resources["_cores"].value if workflow.is_main_process else None)
                                or config["threads"]
     conda: LAB_ENV
     shell: STAGE_SHELL
