@@ -26,10 +26,12 @@ class ComponentsConfig(Section):
 
     extra_modules: tuple[str, ...]  # importing them registers more checks (register_parity)
     fail_on_mismatch: bool
+    job_threads: int  # cores its rule reserves and torch's threads (0 = the global threads)
 
 
 def run(ctx: StageRun) -> dict:
     p = ComponentsConfig.of(ctx.params)
+    ctx.use_threads(p.job_threads)
     for name in p.extra_modules:
         importlib.import_module(name)  # registers its checks via @register_parity
     df = pd.DataFrame(parity_rows(p))

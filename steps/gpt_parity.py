@@ -57,6 +57,7 @@ class GptParityConfig(Section):
     prompt_len: int
     new_tokens: int
     tol_fp64: float
+    job_threads: int  # cores its rule reserves and torch's threads (0 = the global threads)
     tol_fp32_logits: float
     tol_fp32_rel: float
     fail_on_mismatch: bool
@@ -112,6 +113,7 @@ def greedy_rows(hf, ours, prompt, n_new, dtype_name):
 
 def run(ctx: StageRun) -> dict:
     p = GptParityConfig.of(ctx.params)
+    ctx.use_threads(p.job_threads)
     device = ctx.device
     if p.pretrained and device.type != "cuda" and not p.allow_cpu_pretrained:
         raise SkipCell("skipped: pretrained checkpoint cell runs on CUDA (set allow_cpu_pretrained)")

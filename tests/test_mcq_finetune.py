@@ -311,3 +311,22 @@ def test_mfu_peak_is_the_matmul_peak_of_the_training_dtype(precision, dtype):
     assert peak_dtype(precision) == dtype
     with pytest.raises(ValueError, match="precision 'auto'"):
         peak_dtype("auto")  # resolved by training_args before the peak is measured
+
+
+@pytest.mark.parametrize(
+    "probe, expected",
+    [
+        ((True, 406e9, 174e9), "bf16"),  # AVX512-BF16 EPYC: bf16 2.3x fp32
+        ((True, 200e9, 174e9), "fp32"),  # native, but not worth the casts
+        ((False, 1.3e9, 170e9), "fp32"),  # AVX2-only: scalar fallback
+    ],
+)
+def test_auto_precision_on_a_cpu_follows_the_bf16_probe(monkeypatch, probe, expected):
+    import torch
+
+    import steps.hardware
+    from steps.mcq.train import resolve_precision
+
+    monkeypatch.setattr(steps.hardware, "native_matmul", lambda dtype, device: probe)
+    assert resolve_precision("auto", torch.device("cpu")) == expected
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"  # asked for: no probe

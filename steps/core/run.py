@@ -150,6 +150,15 @@ class StageRun:
         """torch device from common.device (cpu | cuda | auto); CUDA asked for but absent → SkipCell."""
         return torch_device(self.common.get("device", "cpu"))
 
+    def use_threads(self, job_threads: int) -> None:
+        """A section's `job_threads` (the cores its rule reserves, workflow/rules/common.smk
+        cell_threads; 0 = common.threads): this job's torch intra-op threads follow it."""
+        if job_threads:
+            self.threads = job_threads
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(job_threads)
+        self.info["threads"] = self.threads
+
     def seed_everything(self, seed: int | None = None) -> None:
         """The job seeds once before `run` (steps.core.job); call again only for another seed."""
         seed_all(self.seed if seed is None else seed, self.threads)

@@ -110,11 +110,27 @@ class CountingTrainer(Trainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
+# bf16 autocast on a CPU pays where its matmuls run this many times fp32's (AVX512-BF16, AMX)
+CPU_BF16_PAYS = 1.5
+
+
+def resolve_precision(precision: str, device) -> str:
+    """`auto`: bf16 AMP on CUDA (fp16 without bf16); on a CPU, bf16 AMP where a probe matmul in bf16
+    runs at least CPU_BF16_PAYS times the fp32 one (hardware.native_matmul, one thread), else fp32:
+    without AVX512-BF16/AMX, bf16 autocast ran 13x slower than fp32 (the AVX2-only EPYC)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    from steps.hardware import native_matmul
+
+    _, bf16, fp32 = native_matmul("bfloat16", device.type)
+    return "bf16" if bf16 >= CPU_BF16_PAYS * fp32 else "fp32"
+
+
 def training_args(p: McqFinetuneConfig, out: Path, seed: int, device, train: bool):
     cuda = device.type == "cuda"
-    precision = p.precision
-    if precision == "auto":
-        precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else ("fp16" if cuda else "fp32")
+    precision = resolve_precision(p.precision, device)
     return TrainingArguments(
         output_dir=str(out / "checkpoints"),
         seed=seed,

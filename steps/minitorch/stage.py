@@ -282,7 +282,7 @@ def run(ctx: StageRun) -> dict:
     from steps.minitorch.config import MinitorchConfig
 
     p = MinitorchConfig.of(ctx.params)
-    ctx.threads = p.job_threads or ctx.threads  # the cores its rule reserved (workflow/rules/minitorch.smk)
+    ctx.use_threads(p.job_threads)
     backend = _backend(p.backend)
     if p.kind == "ops":
         return run_ops(ctx, p, backend)

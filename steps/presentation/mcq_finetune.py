@@ -9,6 +9,7 @@ SHOWN = Presentation(
         "backbone": "info.backbone",
         "context": "info.context",
         "mode": "info.mode",
+        "precision": "info.precision",  # precision: auto picks by a bf16 probe on a CPU (configs/README.md)
         "MAP@3": "metrics.test_map3",
         "MAP@3 (CI)": "info.test_map3_ci",
         "accuracy": "metrics.test_accuracy",

@@ -17,7 +17,8 @@ training step (forward, loss, backward, AdamW step). Read from it, exactly:
 Depth: a transformer's layers are identical, so every quantity is a + L·b. A step of 1 layer and
 one of 2 layers at the full width, sequence, batch and world size give a and b exactly; the full
 depth follows (tests/test_scale.py checks it against a direct full-depth step). The full-depth
-model is also built and sharded, and its parameter bytes read directly (`params_direct`).
+model is also built and sharded, and its parameter bytes read directly (`params_direct`), up to a
+world of 256 (versus.DIRECT_MAX_WORLD: beyond it the fake chunking costs more than the step).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ rule components:
     params: **stage_params("steps.components")
     log: "results/logs/components/{cell}.log"
     benchmark: "results/benchmarks/components/{cell}.tsv"
-    threads: config["threads"]
+    threads: cell_threads("job_threads")
     conda: LAB_ENV
     shell: STAGE_SHELL
 
@@ -16,7 +16,7 @@ rule gpt_parity:
     log: "results/logs/gpt_parity/{cell}.log"
     benchmark: "results/benchmarks/gpt_parity/{cell}.tsv"
     resources: gpu=job_gpus()
-    threads: config["threads"]
+    threads: cell_threads("job_threads")
     conda: LAB_ENV
     shell: STAGE_SHELL
 
