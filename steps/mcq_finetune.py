@@ -41,7 +41,7 @@ def run(ctx: StageRun) -> dict:
         {"train": p.max_train, "validation": p.max_eval, "test": p.max_eval},
     )
     train = p.train and "train" in ds
-    args, precision = training_args(p, ctx.out, ctx.seed, device, train)
+    args, precision, chosen = training_args(p, ctx.out, ctx.seed, device, train)
     meter = Throughput()
     trainer = CountingTrainer(
         model=model,
@@ -59,6 +59,7 @@ def run(ctx: StageRun) -> dict:
         mode="fine-tuned" if train else "zero-shot",
         model=described,
         precision=precision,
+        precision_chosen=chosen,
         model_class=type(model).__name__,
     )
     metrics = {

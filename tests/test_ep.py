@@ -15,6 +15,8 @@ from steps.sharding.plan import STRATEGY_AXES, Plan, PlanError
 from steps.sharding.stage import summarize
 from tests.conftest import DEFAULT, SMOKE
 
+FULL = DEFAULT.with_name("full.yaml")  # the cells the default leaves out too
+
 MOE_GPT = {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
 MOE = {"experts": 8, "top_k": 2, "aux_loss_coef": 0.02}
 
@@ -117,7 +119,7 @@ def test_jax_shard_map_ep_matches_one_device(tmp_path):
     assert abs(m["comm_ratio"] - 1) <= 1e-12 and abs(m["state_ratio"] - 1) <= 1e-12
 
 
-@pytest.mark.parametrize("configfile", [DEFAULT, SMOKE], ids=["default", "smoke"])
+@pytest.mark.parametrize("configfile", [DEFAULT, SMOKE, FULL], ids=["default", "smoke", "full"])
 def test_every_sharding_cell_plans_from_its_jobs_sorted_json(configfile):
     """A job's cfg reaches it as JSON with sorted keys (rules/common.smk): a mesh like {fsdp: 2, ep: 2}
     arrives as {ep, fsdp}; the plan must still come out in the strategy's order (outer axis first)."""

@@ -318,6 +318,7 @@ def test_mfu_peak_is_the_matmul_peak_of_the_training_dtype(precision, dtype):
     [
         ((True, 406e9, 174e9), "bf16"),  # AVX512-BF16 EPYC: bf16 2.3x fp32
         ((True, 200e9, 174e9), "fp32"),  # native, but not worth the casts
+        ((True, 130e9, 100e9), "bf16"),  # 1.3x: over CPU_BF16_PAYS
         ((False, 1.3e9, 170e9), "fp32"),  # AVX2-only: scalar fallback
     ],
 )
@@ -327,6 +328,7 @@ def test_auto_precision_on_a_cpu_follows_the_bf16_probe(monkeypatch, probe, expe
     import steps.hardware
     from steps.mcq.train import resolve_precision
 
-    monkeypatch.setattr(steps.hardware, "native_matmul", lambda dtype, device: probe)
-    assert resolve_precision("auto", torch.device("cpu")) == expected
-    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"  # asked for: no probe
+    monkeypatch.setattr(steps.hardware, "native_matmul", lambda dtype, device, n: probe)
+    chosen, why = resolve_precision("auto", torch.device("cpu"))
+    assert chosen == expected and why.startswith("auto: probe 512^3")
+    assert resolve_precision("fp32", torch.device("cpu")) == ("fp32", "asked for")  # no probe

@@ -110,60 +110,68 @@ class CountingTrainer(Trainer):
         return super().training_step(model, inputs, num_items_in_batch)
 
 
-# bf16 autocast on a CPU pays where its matmuls run this many times fp32's (AVX512-BF16, AMX)
-CPU_BF16_PAYS = 1.5
+# bf16 autocast on a CPU pays where its matmuls run this many times fp32's: measured 2.15x on the
+# AVX512-BF16 EPYC (512^3, one thread), ~0.01x through the scalar fallback of an AVX2-only CPU
+CPU_BF16_PAYS = 1.25
+PROBE_N = 512  # 256^3 (~0.3 ms) once read 1.9x-3.1x on the same host; 512^3 (~1.5 ms) 2.14x-2.18x
 
 
-def resolve_precision(precision: str, device) -> str:
-    """`auto`: bf16 AMP on CUDA (fp16 without bf16); on a CPU, bf16 AMP where a probe matmul in bf16
-    runs at least CPU_BF16_PAYS times the fp32 one (hardware.native_matmul, one thread), else fp32:
-    without AVX512-BF16/AMX, bf16 autocast ran 13x slower than fp32 (the AVX2-only EPYC)."""
+def resolve_precision(precision: str, device) -> tuple[str, str]:
+    """(precision, how it was chosen). `auto`: bf16 AMP on CUDA (fp16 without bf16); on a CPU, bf16
+    AMP where a probe matmul in bf16 runs at least CPU_BF16_PAYS times the fp32 one
+    (hardware.native_matmul, one thread), else fp32: without AVX512-BF16/AMX, bf16 autocast ran 13x
+    slower than fp32 (the AVX2-only EPYC)."""
     if precision != "auto":
-        return precision
+        return precision, "asked for"
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return ("bf16", "auto: CUDA with bf16") if torch.cuda.is_bf16_supported() else ("fp16", "auto: CUDA, no bf16")
     from steps.hardware import native_matmul
 
-    _, bf16, fp32 = native_matmul("bfloat16", device.type)
-    return "bf16" if bf16 >= CPU_BF16_PAYS * fp32 else "fp32"
+    _, bf16, fp32 = native_matmul("bfloat16", device.type, n=PROBE_N)
+    chosen = "bf16" if bf16 >= CPU_BF16_PAYS * fp32 else "fp32"
+    return chosen, f"auto: probe {PROBE_N}^3 bf16 {bf16 / 1e9:.0f} vs fp32 {fp32 / 1e9:.0f} GFLOP/s, 1 thread"
 
 
 def training_args(p: McqFinetuneConfig, out: Path, seed: int, device, train: bool):
     cuda = device.type == "cuda"
-    precision = resolve_precision(p.precision, device)
-    return TrainingArguments(
-        output_dir=str(out / "checkpoints"),
-        seed=seed,
-        data_seed=seed,
-        use_cpu=not cuda,
-        num_train_epochs=p.epochs,
-        max_steps=p.max_steps if p.max_steps > 0 else -1,
-        per_device_train_batch_size=p.batch_size,
-        per_device_eval_batch_size=p.eval_batch_size,
-        gradient_accumulation_steps=p.grad_accum,
-        learning_rate=p.lr,
-        weight_decay=p.weight_decay,
-        warmup_steps=p.warmup_ratio,
-        lr_scheduler_type="linear",
-        optim="adamw_torch",
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        eval_strategy="epoch" if train else "no",
-        save_strategy="epoch" if train else "no",
-        save_only_model=True,
-        save_total_limit=1,
-        load_best_model_at_end=train,
-        metric_for_best_model="map3",
-        greater_is_better=True,
-        logging_strategy="steps",
-        logging_steps=p.logging_steps,
-        logging_first_step=True,
-        report_to="none",
-        disable_tqdm=False,
-        dataloader_num_workers=0,
-        remove_unused_columns=False,
-        train_sampling_strategy="group_by_length" if p.group_by_length else "random",
-    ), precision
+    precision, chosen = resolve_precision(p.precision, device)
+    return (
+        TrainingArguments(
+            output_dir=str(out / "checkpoints"),
+            seed=seed,
+            data_seed=seed,
+            use_cpu=not cuda,
+            num_train_epochs=p.epochs,
+            max_steps=p.max_steps if p.max_steps > 0 else -1,
+            per_device_train_batch_size=p.batch_size,
+            per_device_eval_batch_size=p.eval_batch_size,
+            gradient_accumulation_steps=p.grad_accum,
+            learning_rate=p.lr,
+            weight_decay=p.weight_decay,
+            warmup_steps=p.warmup_ratio,
+            lr_scheduler_type="linear",
+            optim="adamw_torch",
+            bf16=precision == "bf16",
+            fp16=precision == "fp16",
+            eval_strategy="epoch" if train else "no",
+            save_strategy="epoch" if train else "no",
+            save_only_model=True,
+            save_total_limit=1,
+            load_best_model_at_end=train,
+            metric_for_best_model="map3",
+            greater_is_better=True,
+            logging_strategy="steps",
+            logging_steps=p.logging_steps,
+            logging_first_step=True,
+            report_to="none",
+            disable_tqdm=False,
+            dataloader_num_workers=0,
+            remove_unused_columns=False,
+            train_sampling_strategy="group_by_length" if p.group_by_length else "random",
+        ),
+        precision,
+        chosen,
+    )
 
 
 def keep_only_best(trainer, out: Path) -> Path:
