@@ -516,7 +516,9 @@ LADDER = {
 
 
 def test_ladder_expands_single_and_cumulative_cells():
-    cfg = load_config(DEFAULT, overrides={"perf": {"model": TOY, "cells": {"baseline": {}}, "ladder": LADDER}})
+    # select [] as in gpu.yaml, where the ladder lives (the CPU default selects its own cells)
+    perf = {"model": TOY, "cells": {"baseline": {}}, "ladder": LADDER, "select": []}
+    cfg = load_config(DEFAULT, overrides={"perf": perf})
     names = [c for c in cells(cfg, "perf") if c[:2] in ("a_", "b_")]
     assert cells(cfg, "perf")[-len(names) :] == names  # after the hand-written cells
     assert names == [
