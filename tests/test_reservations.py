@@ -54,7 +54,7 @@ def test_default_dag_reserves_one_core_where_a_job_cannot_use_two(tmp_path):
         "ops_fast": 2,
         "ops_cuda": 1,
         "gpt_reference": 1,
-        "gpt_fast": 2,
+        "gpt_fast": 1,
         "gpt_cuda": 1,
         "classifier_fast": 2,
     }
@@ -78,3 +78,21 @@ def test_a_job_runs_torch_on_the_cores_its_rule_reserved(tmp_path):
         assert ctx.threads == 1 and ctx.info["threads"] == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_minitorch_fast_kernels_run_on_the_reserved_cores(tmp_path):
+    """gpt_fast reserves one core (job_threads 1): Numba's prange threads follow, as torch's do."""
+    import numba
+
+    from steps.core.run import StageRun
+    from steps.minitorch.stage import use_numba_threads
+
+    before = numba.get_num_threads()
+    try:
+        ctx = StageRun("minitorch", "gpt_fast", {}, {"seed": 1, "threads": 2}, tmp_path)
+        ctx.use_threads(1)
+        assert use_numba_threads(ctx) == 1 == numba.get_num_threads() and ctx.info["numba_threads"] == 1
+        ctx.threads = 0  # 0: every thread Numba started with
+        assert use_numba_threads(ctx) == numba.config.NUMBA_NUM_THREADS
+    finally:
+        numba.set_num_threads(before)

@@ -46,6 +46,17 @@ def _backend(name: str) -> str:
     return name
 
 
+def use_numba_threads(ctx: StageRun) -> int:
+    """The fast backend's prange kernels run on the job's threads (its reserved cores, as torch's do:
+    StageRun.use_threads), at most the NUMBA_NUM_THREADS Numba started with."""
+    import numba
+
+    limit = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(min(ctx.threads, limit) if ctx.threads > 0 else limit)
+    ctx.info["numba_threads"] = numba.get_num_threads()
+    return ctx.info["numba_threads"]
+
+
 # ---- ops ---------------------------------------------------------------------------------------
 def matmul_vs_torch(backend: str, n: int, pairs: int) -> tuple:
     """The backend's n×n×n matmul kernel against torch's (fp64, same threads), interleaved: the
@@ -284,6 +295,8 @@ def run(ctx: StageRun) -> dict:
     p = MinitorchConfig.of(ctx.params)
     ctx.use_threads(p.job_threads)
     backend = _backend(p.backend)
+    if backend == "fast":
+        use_numba_threads(ctx)
     if p.kind == "ops":
         return run_ops(ctx, p, backend)
     if p.kind == "gpt":
