@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
 SMOKE = ROOT / "configs" / "smoke.yaml"
 DEFAULT = ROOT / "configs" / "default.yaml"
+FULL = ROOT / "configs" / "full.yaml"  # on top of DEFAULT: the cells the default leaves out
+GPU = ROOT / "configs" / "gpu.yaml"
 
 
 def clean_env() -> dict:

@@ -13,9 +13,7 @@ from steps.config import cell_config, cells, load_config
 from steps.sharding.launch import launch
 from steps.sharding.plan import STRATEGY_AXES, Plan, PlanError
 from steps.sharding.stage import summarize
-from tests.conftest import DEFAULT, SMOKE
-
-FULL = DEFAULT.with_name("full.yaml")  # the cells the default leaves out too
+from tests.conftest import DEFAULT, FULL, SMOKE
 
 MOE_GPT = {"vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16}
 MOE = {"experts": 8, "top_k": 2, "aux_loss_coef": 0.02}

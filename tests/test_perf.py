@@ -16,10 +16,9 @@ from steps.config import ConfigError, cell_config, cells, load_config
 from steps.paired import MIN_PAIRS, ratio_of_pairs
 from steps.perf.compare import describe_change
 from steps.perf.measure import throughput
-from tests.conftest import ROOT, TOY, perf_params, perf_section
+from tests.conftest import DEFAULT, FULL, GPU, SMOKE, TOY, perf_params, perf_section
 
 torch.set_num_threads(1)
-DEFAULT, SMOKE, GPU, FULL = (ROOT / "configs" / f"{n}.yaml" for n in ("default", "smoke", "gpu", "full"))
 
 
 # ---- matrix expansion ----------------------------------------------------------------------------
