@@ -167,9 +167,27 @@ def run_stage(
 
 @pytest.fixture(scope="session")
 def smoke_dag(tmp_path_factory) -> Path:
-    """The whole smoke DAG, run once; tests read its outputs and its MLflow database."""
-    work = tmp_path_factory.mktemp("smoke_dag")
-    snakemake(work)
+    """The whole smoke DAG, run once per test session, also when pytest-xdist spreads the tests over
+    workers: the first worker to need it runs it under a file lock in the folder the workers share
+    (xdist gives each worker a subfolder of one base); the others wait and read the same outputs.
+    A failed run is not retried by every worker: its error is kept beside it and raised again."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    work, done, failed = shared / "smoke_dag", shared / "smoke_dag.done", shared / "smoke_dag.failed"
+    with FileLock(str(shared / "smoke_dag.lock")):
+        if not done.exists() and not failed.exists():
+            work.mkdir(exist_ok=True)
+            try:
+                snakemake(work)
+            except AssertionError as exc:
+                failed.write_text(str(exc))
+                raise
+            done.touch()
+    if failed.exists():
+        raise AssertionError(f"the shared smoke DAG failed (in another worker):\n{failed.read_text()}")
     return work
 
 

@@ -162,6 +162,7 @@ def test_record_writer_on_a_finished_smoke_store(smoke_dag, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.live
 def test_rehearsal_end_to_end(tmp_path):
     wheels = tmp_path / "wheels"
     make_wheel(tmp_path, "campaign_probe_pkg", "1.0", wheels)

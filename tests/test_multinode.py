@@ -157,6 +157,7 @@ CELLS = {
 
 
 @pytest.mark.slow
+@pytest.mark.live
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_native_cell_across_two_hosts_matches_one_device(two_hosts, tmp_path, cell):
     """Node 0 runs the sharding stage itself (one MLflow run) in namespace A, node 1 the launcher in
@@ -221,6 +222,7 @@ def test_native_cell_across_two_hosts_matches_one_device(two_hosts, tmp_path, ce
 
 
 @pytest.mark.slow
+@pytest.mark.live
 def test_a_link_cut_mid_step_names_the_unreachable_node_and_a_rerun_completes(two_hosts, tmp_path):
     """Every rank pauses before step 1 (fault.hold_s); the test takes node 0's veth down meanwhile:
     the step's collectives meet a dead link. Both launchers fail within their timeout, each naming
@@ -269,6 +271,7 @@ def test_a_link_cut_mid_step_names_the_unreachable_node_and_a_rerun_completes(tw
 
 
 @pytest.mark.slow
+@pytest.mark.live
 def test_a_node_that_never_joins_fails_the_launch_naming_the_rendezvous(tmp_path):
     """Node 0 waits at the rendezvous for a node 1 that never starts: the launch fails within its
     timeout, saying the rendezvous did not complete (no namespaces needed: node 0 on loopback)."""

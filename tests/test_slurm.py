@@ -22,7 +22,7 @@ import pytest
 from steps.report.values import report_values
 from tests.conftest import ROOT, SMOKE, SNAKEFILE, clean_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
 MLFLOW_SERVER = ROOT / "scripts" / "mlflow-server"
 PROFILE = ROOT / "workflow" / "profiles" / "slurm-local"
