@@ -61,7 +61,7 @@ def render_page(page: Path, records: list[Record]) -> str:
         unclosed = sorted(set(opened) - set(closed)) or opened
         raise PublishError(f"{page}: block {unclosed[0]} has no `<!-- /record:{unclosed[0]} -->` line: add it")
     link = linker(page)
-    return BLOCK.sub(lambda m: f"{m.group(1)}{BLOCKS[m.group(2)](records, link)}\n{m.group(4)}", text)
+    return BLOCK.sub(lambda m: f"{m.group(1)}\n{BLOCKS[m.group(2)](records, link)}\n\n{m.group(4)}", text)
 
 
 def publish(root: Path, check: bool = False) -> list[Path]:
