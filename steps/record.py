@@ -210,15 +210,17 @@ def publish_command(root: Path, check: bool) -> None:
     for page in changed:
         print(f"{'differs from the records' if check else 'rewritten'}: {page}")
     if check and changed:
-        sys.exit("python -m steps.record --publish --check: blocks differ from the records; run "
-                 "`python -m steps.record --publish` and commit the pages")
+        sys.exit(
+            "python -m steps.record --publish --check: blocks differ from the records; run "
+            "`python -m steps.record --publish` and commit the pages"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m steps.record", description=__doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, nargs="?", help="a finished DAG's results/ folder (or the folder holding it)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"), help="where the record goes (docs/results)")
-    ap.add_argument("--publish", action="store_true", help="rewrite README's and docs/'s record blocks from docs/results")
+    ap.add_argument("--publish", action="store_true", help="rewrite the record blocks of README and docs/")
     ap.add_argument("--check", action="store_true", help="with --publish: write nothing, fail when a block differs")
     ap.add_argument("--root", type=Path, default=Path("."), help="with --publish: the repository root (.)")
     args = ap.parse_args(argv)

@@ -109,6 +109,8 @@ def unbacked(page: Path, root: Path) -> list[str]:
         cited = sorted(set(RECORD_NAME.findall(body)))
         backing = set().union(*(numbers((folder / c).read_text()) for c in cited if (folder / c).exists()))
         loose = numbers(heading + "\n" + BLOCK.sub("", body)) - backing
-        found += [f"{page}: {heading}: {n} is in no record the section cites ({', '.join(cited) or 'none'})"
-                  for n in sorted(loose)]
+        found += [
+            f"{page}: {heading}: {n} is in no record the section cites ({', '.join(cited) or 'none'})"
+            for n in sorted(loose)
+        ]
     return found

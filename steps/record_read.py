@@ -158,8 +158,9 @@ def read_records(folder: Path) -> list[Record]:
     """Every dated record in `folder` (`<date>-<machine>-<commit>.md`), oldest first."""
     paths = sorted(p for p in Path(folder).glob("*.md") if re.match(r"\d{4}-\d{2}-\d{2}-", p.name))
     if not paths:
-        raise RecordFormatError(f"{folder}: no dated record (<date>-<machine>-<commit>.md); write one with "
-                                "`python -m steps.record results`")
+        raise RecordFormatError(
+            f"{folder}: no dated record (<date>-<machine>-<commit>.md); write one with `python -m steps.record results`"
+        )
     return sorted((read_record(p) for p in paths), key=Record.sort_key)
 
 

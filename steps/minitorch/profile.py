@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         trainers.step_ours(x)
         trainers.step_torch(x)
     ours, torch_s = timed(trainers.step_ours, x, args.steps), timed(trainers.step_torch, x, args.steps)
-    shape = f"{g.n_layer} layers, d {g.n_embd}, {g.n_head} heads, T {g.block_size}, B {g.batch_size}, vocab {g.vocab_size}"
+    shape = f"{g.n_layer} layers, d {g.n_embd}, {g.n_head} heads, T {g.block_size}, B {g.batch_size}"
+    shape += f", vocab {g.vocab_size}"
     print(f"{args.cell}: {shape}, fp64, {threads} thread(s)")
     print(f"step: ours {ours * 1e3:.1f} ms, torch eager {torch_s * 1e3:.1f} ms (ours {torch_s / ours:.3f}x torch)")
     prof = cProfile.Profile()
