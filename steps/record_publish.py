@@ -25,8 +25,9 @@ from steps.record_read import Record, RecordFormatError, read_records
 
 PAGES = ("README.md", "docs/*.md", "docs/results/README.md")
 RECORDS = Path("docs/results")
-BLOCK = re.compile(r"(<!-- record:([\w-]+) -->\n)(.*?)(<!-- /record:\2 -->)", re.S)
-OPEN = re.compile(r"<!-- record:([\w-]+) -->")
+# a marker is a line of its own (a marker quoted in prose or code is not one)
+BLOCK = re.compile(r"^(<!-- record:([\w-]+) -->\n)(.*?)^(<!-- /record:\2 -->)$", re.S | re.M)
+OPEN = re.compile(r"^<!-- record:([\w-]+) -->$", re.M)
 RESULTS = re.compile(r"^## (Measured|Results|Headline results)\b.*$", re.M | re.I)
 RECORD_NAME = re.compile(r"\d{4}-\d{2}-\d{2}-[\w.-]+?\.md")
 NUMBER = re.compile(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w|\.\d)", re.I)
