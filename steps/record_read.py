@@ -25,6 +25,7 @@ FLAG_LABELS = {
     "AVX2": "avx2",
 }
 NOT_RECORDED = "CPU flags not recorded"
+TITLE = re.compile(r"# (?:Results record: )?(\d{4}-\d{2}-\d{2})[:,] (.*), commit (\S+)\s*$")
 CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
 
@@ -129,7 +130,8 @@ def host_kind(machine: str, flags_line: str) -> str:
 def read_record(path: Path) -> Record:
     """The record at `path`, read from its title, facts list and tables."""
     lines = Path(path).read_text().splitlines()
-    title = re.match(r"# (\d{4}-\d{2}-\d{2}): (.*), commit (\S+)\s*$", lines[0] if lines else "")
+    # steps.record: "# <date>: <machine>, commit <sha>"; the GPU campaign: "# Results record: <date>, <device>, ..."
+    title = TITLE.match(lines[0] if lines else "")
     if not title:
         raise RecordFormatError(
             f"{path}: the first line is not '# <date>: <machine>, commit <sha>'; records are written by "
@@ -137,16 +139,18 @@ def read_record(path: Path) -> Record:
         )
     date, title_machine, commit = title.groups()
     machine = field_of(lines, "machine").split(" (probed", 1)[0].split(" (not recorded", 1)[0] or title_machine
+    device = field_of(lines, "device").split(" (", 1)[0]  # a GPU campaign record's device
+    kind = f"{device} (GPU campaign)" if device else host_kind(machine, field_of(lines, "CPU flags"))
     run = field_of(lines, "run")
     wall = re.search(r"wall ([\d.]+ min)", run)
     jobs = re.search(r"\(jobs: ([^)]*)\)", run)
-    started = re.search(r"started (\S+ \S+)", run)
+    started = re.search(r"started (\S+ \S+)", run) or re.search(r"([^\s;]+)", field_of(lines, "started"))
     return Record(
         path=Path(path),
         date=date,
         commit=field_of(lines, "commit") or commit,
         machine=machine,
-        host_kind=host_kind(machine, field_of(lines, "CPU flags")),
+        host_kind=kind,
         started=started.group(1) if started else "",
         wall=wall.group(1) if wall else "",
         jobs=jobs.group(1) if jobs else "",

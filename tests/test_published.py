@@ -128,3 +128,20 @@ def test_cpu_flags_come_from_cpuinfo():
     assert cpu_flags(info) == "amx_bf16 amx_tile avx512_bf16 avx512f avx2"
     assert cpu_flags("flags\t: fpu sse\n").startswith("none of amx_bf16")
     assert cpu_flags("processor\t: 0\n").startswith("unknown")
+
+
+def test_a_gpu_campaign_record_is_its_own_host_kind(repo):
+    text = (
+        "# Results record: 2026-11-28, NVIDIA H100 80GB HBM3, commit abcdef1234\n\n"
+        "- **device**: NVIDIA H100 80GB HBM3 (79.2 GiB, compute capability 9.0)\n"
+        "- **started**: 2026-11-28T10:00:00Z; wall 500 s of a 540 s budget\n"
+    )
+    (repo / "docs" / "results" / "2026-11-28-h100-80gb-hbm3-abcdef1234.md").write_text(text)
+    records = read_records(repo / "docs" / "results")
+    assert records[-1].host_kind == "NVIDIA H100 80GB HBM3 (GPU campaign)"
+    assert records[-1].started == "2026-11-28T10:00:00Z"
+    index = repo / "docs" / "results" / "README.md"  # the copy's index lists every record
+    assert publish(repo) == [index]
+    assert "| [2026-11-28-h100-80gb-hbm3-abcdef1234.md](2026-11-28-h100-80gb-hbm3-abcdef1234.md) | NVIDIA H100" in (
+        index.read_text()
+    )
