@@ -1,6 +1,7 @@
 """A dated record of a finished DAG, the modded-nanogpt `records/` habit:
 
     python -m steps.record RESULTS_DIR [--out docs/results]
+    python -m steps.record --publish [--check]     # README and write-ups from the records
 
 reads what the run left in RESULTS_DIR (a DAG folder's `results/`, or the folder holding it): the
 report's tables (`reports/<stage>.csv`, written by the report job from the MLflow store) and the
@@ -30,7 +31,7 @@ from steps.config import config_hash
 from steps.core.stage import presentation
 from steps.report.gather import headline_row
 from steps.tables import to_markdown
-from steps.tracking.provenance import machine
+from steps.tracking.provenance import CPU_FLAGS, machine
 
 RUN_IT = (
     "run the DAG to its end in the folder that holds results/ (`snakemake --cores 2`, with the "
@@ -168,6 +169,8 @@ def render(results: Path) -> tuple[str, str]:
         "",
         f"- **run**: started {facts['started']}, wall {facts['wall']}, {facts['status']} (jobs: {facts['jobs']})",
         f"- **machine**: {machine_text(facts['machine'])}{note}",
+        f"- **CPU flags**: {facts['machine'].get('cpu_flags', 'not recorded by the run')} "
+        f"(those of {' '.join(CPU_FLAGS)} in /proc/cpuinfo: they tell host kinds apart)",
         f"- **commit**: {facts['commit']}",
         f"- **config hash**: {facts['config_hash']} (steps.config.config_hash of the lab run's config.json)",
         f"- **command**: `{facts['command']}`",
@@ -196,11 +199,35 @@ def write_record(folder: Path, out: Path) -> Path:
     return path
 
 
+def publish_command(root: Path, check: bool) -> None:
+    """--publish: rewrite the marked blocks of README.md and docs/ from docs/results/ (--check: list them)."""
+    from steps.record_publish import PublishError, publish  # no MLflow needed: it reads Markdown only
+
+    try:
+        changed = publish(root, check=check)
+    except PublishError as exc:
+        sys.exit(f"python -m steps.record --publish: {exc}")
+    for page in changed:
+        print(f"{'differs from the records' if check else 'rewritten'}: {page}")
+    if check and changed:
+        sys.exit(
+            "python -m steps.record --publish --check: blocks differ from the records; run "
+            "`python -m steps.record --publish` and commit the pages"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m steps.record", description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", type=Path, help="a finished DAG's results/ folder (or the folder holding it)")
+    ap.add_argument("results", type=Path, nargs="?", help="a finished DAG's results/ folder (or the folder holding it)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"), help="where the record goes (docs/results)")
+    ap.add_argument("--publish", action="store_true", help="rewrite the record blocks of README and docs/")
+    ap.add_argument("--check", action="store_true", help="with --publish: write nothing, fail when a block differs")
+    ap.add_argument("--root", type=Path, default=Path("."), help="with --publish: the repository root (.)")
     args = ap.parse_args(argv)
+    if args.publish:
+        return publish_command(args.root, args.check)
+    if args.results is None:
+        ap.error("give a finished DAG's results/ folder, or --publish")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one small file: no progress bar
     try:
         print(write_record(args.results, args.out))

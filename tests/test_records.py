@@ -14,6 +14,7 @@ import pytest
 from steps.campaign.record import slug
 from steps.config import config_hash
 from steps.record import RecordError, machine_of, main, write_record
+from steps.record_read import read_record
 from steps.tables import fmt
 from steps.tracking import lab
 from steps.tracking.provenance import git_commit, machine
@@ -62,6 +63,8 @@ def test_record_of_a_finished_run(finished_run, tmp_path):
     assert path.name == f"{time.strftime('%Y-%m-%d', time.gmtime())}-{slug(m['cpu'], 24)}-{m['cores']}c-{short}.md"
     text = path.read_text()
     assert f"- **machine**: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB\n" in text
+    assert f"- **CPU flags**: {m['cpu_flags']} (those of amx_bf16 " in text  # host kinds told apart by data
+    assert read_record(path).host_kind == f"{m['cpu']}, {m['cores']} cores; CPU flags {m['cpu_flags']}"
     assert f"- **commit**: {commit}\n" in text
     assert f"- **config hash**: {config_hash(config)} " in text
     assert f"- **command**: `{COMMAND}`\n" in text

@@ -45,12 +45,33 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+# The /proc/cpuinfo flags that decide how fast bf16/fp16 run on a CPU: two hosts with the same model
+# string ("Intel(R) Xeon(R) Processor") differed in AMX, and bf16 ran 2x or 0.55x fp32 accordingly.
+CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512fp16", "avx512f", "avx2")
+
+
+def cpu_flags(cpuinfo: str | None = None) -> str:
+    """Which of CPU_FLAGS this host has, space-separated in CPU_FLAGS' order ("none of ..." when it
+    has none, "unknown" when /proc/cpuinfo cannot be read): a record tells host kinds apart by these."""
+    try:
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
+    except OSError:
+        return "unknown (no /proc/cpuinfo)"
+    line = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), None)
+    if line is None:
+        return "unknown (no flags line in /proc/cpuinfo)"
+    have = set(line.split(":", 1)[1].split())
+    found = [f for f in CPU_FLAGS if f in have]
+    return " ".join(found) if found else f"none of {' '.join(CPU_FLAGS)}"
+
+
 def machine() -> dict[str, str]:
     """This host as a results record names it (the lab run's `machine.*` tags): CPU model, cores,
-    memory, and the GPUs nvidia-smi lists ("none" without one). No torch import: the lab run opens
-    before every job."""
+    memory, the CPU flags that decide bf16/fp16 speed, and the GPUs nvidia-smi lists ("none" without
+    one). No torch import: the lab run opens before every job."""
     pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
     out = {"cpu": cpu_model(), "cores": str(os.cpu_count() or 0), "memory_gib": f"{pages / 2**30:.1f}"}
+    out["cpu_flags"] = cpu_flags()
     gpus = "none"
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
