@@ -13,6 +13,7 @@ from steps.inference.cells import _sync, _timed_pair, cache_shape
 from steps.inference.decode import build_model, cache_bytes, decode, prefill, prompt_ids, weight_bytes
 
 MIB = 2**20
+MEASURE_BATCH = 8
 
 
 def attention(ctx, p, device) -> dict:
@@ -35,7 +36,9 @@ def attention(ctx, p, device) -> dict:
             _sync(device),
         )
         predicted = max_batch(shape, block, budget, weight_bytes(model))
-        batch = max(predicted, 1)  # a real prefill of the predicted batch, read from its tensors
+        # a real prefill of full-length sequences, its cache read from its tensors; at most
+        # MEASURE_BATCH of them (the prefill's logits, not the cache, would fill the memory first)
+        batch = min(max(predicted, 1), MEASURE_BATCH)
         full = prompt_ids(model.config.vocab_size, batch, block, p.init_seed + 2, device)
         per_seq = cache_bytes(prefill(model, full).past_key_values) / batch
         rows.append(
