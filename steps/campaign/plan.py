@@ -6,7 +6,8 @@
     2. the rest of that shape's ladder (cumulative rungs, then single changes), then each further
        shape the same way (baseline, last rung, the rest)
     3. the hand-written perf cells (the seed's table at the section's shape)
-    4. gpt_parity on the device, 5. a short gpt_train (with its corpus and tokenizer),
+    4. gpt_parity on the device, 5. a short gpt_train (with its corpus and tokenizer), then the
+       inference cells (GPT-2 124M decode with and without the cache, MHA vs GQA vs MQA, batching),
     6. the Triton kernels: their perf cells (timed against the torch step) and the components
        parity table (the kernels against the torch ops), 7. the miniTorch `cuda` backend
 
@@ -54,6 +55,7 @@ REQUIRES = {
     "gpt_train": ("datasets", "transformers"),
     "gpt_parity": ("transformers",),
     "components": ("transformers",),
+    "inference": ("transformers",),
 }
 
 
@@ -223,6 +225,7 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
     train.inputs["tokenizer"] = DATA["train_tokenizer"]
     train.after = [corpus.name, tok.name]
     plan += [corpus, tok, train]
+    plan += [job(lab, "inference", n, "inference") for n in cells(lab, "inference")]
     parity = job(lab, "components", "main", "triton")
     parity.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (the Triton kernels' parity rows run on the GPU)"
     plan += triton + [parity] + minitorch_cells(lab, device, [corpus, tok])

@@ -1,0 +1,3 @@
+from steps.inference.stage import STAGE
+
+STAGE.main()

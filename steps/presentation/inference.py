@@ -1,0 +1,55 @@
+"""What the inference stage shows: its report section and its runs' params (steps/core/stage.py)."""
+
+from __future__ import annotations
+
+from steps.core.stage import Presentation
+
+# the columns each kind of cell fills (the rest stay empty in its row)
+KIND_COLUMNS = {
+    "parity": ["greedy = HF", "sampled = HF", "cached = uncached", "logits err vs HF", "all pass"],
+    "kv_cache": ["context", "cache speed-up", "speed-up low", "speed-up high", "cache bytes = formula"],
+    "attention": ["MQA cache ÷ MHA", "MQA max batch × MHA", "MQA decode × MHA", "max batch = formula"],
+    "batching": ["tokens/s B1", "tokens/s best", "throughput gain", "ms/token B1", "ms/token max B"],
+    "vs_hf": ["ours tokens/s", "HF tokens/s", "ours × HF", "× HF low", "× HF high", "forward × HF", "loop share"],
+}
+
+
+def columns_for(params: dict) -> list[str]:
+    return ["kind", *KIND_COLUMNS[params["kind"]]]
+
+
+SHOWN = Presentation(
+    columns={
+        "kind": "params.kind",
+        "greedy = HF": "metrics.greedy_eq_hf",
+        "sampled = HF": "metrics.sample_eq_hf",
+        "cached = uncached": "metrics.greedy_cached_eq_uncached",
+        "logits err vs HF": "metrics.logits_err_vs_hf",
+        "all pass": "metrics.all_pass",
+        "context": "metrics.longest_context",
+        "cache speed-up": "metrics.cache_speedup",
+        "speed-up low": "metrics.cache_speedup_low",
+        "speed-up high": "metrics.cache_speedup_high",
+        "cache bytes = formula": "metrics.cache_bytes_match",
+        "MQA cache ÷ MHA": "metrics.cache_per_token_mha_over_mqa",
+        "MQA max batch × MHA": "metrics.max_batch_mqa_over_mha",
+        "MQA decode × MHA": "metrics.mqa_decode_vs_mha",
+        "max batch = formula": "metrics.max_batch_match",
+        "tokens/s B1": "metrics.decode_tokens_per_s_b1",
+        "tokens/s best": "metrics.decode_tokens_per_s_max",
+        "throughput gain": "metrics.throughput_gain",
+        "ms/token B1": "metrics.latency_ms_b1",
+        "ms/token max B": "metrics.latency_ms_at_max_batch",
+        "ours tokens/s": "metrics.ours_tokens_per_s",
+        "HF tokens/s": "metrics.hf_tokens_per_s",
+        "ours × HF": "metrics.ours_vs_hf",
+        "× HF low": "metrics.ours_vs_hf_low",
+        "× HF high": "metrics.ours_vs_hf_high",
+        "forward × HF": "metrics.ours_vs_hf_forward",
+        "loop share": "metrics.loop_share_of_gap",
+    },
+    headline=("KV-cache decode speed-up at the longest context, interleaved, 95 % interval", "cache speed-up", "max"),
+    headline_interval=("speed-up low", "speed-up high"),
+    tables=["kv_cache", "attention", "batching", "vs_hf"],
+    columns_for=columns_for,
+)
