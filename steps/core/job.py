@@ -11,15 +11,18 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
 from steps.core.run import StageRun
-from steps.core.stage import Stage
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
+
+if TYPE_CHECKING:  # the runner only reads a Stage; the contract imports the runner (Stage.main), not back
+    from steps.core.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
