@@ -20,6 +20,7 @@ from steps.core.run import StageRun
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
+from steps.tracking.server import unreachable
 
 if TYPE_CHECKING:  # the runner only reads a Stage; the contract imports the runner (Stage.main), not back
     from steps.core.stage import Stage
@@ -44,6 +45,19 @@ def split_metrics(metrics: dict) -> tuple[dict, dict]:
 
 def _on_sigterm(signum, frame):
     raise SystemExit(f"killed by signal {signum}")
+
+
+def _end_failed(ctx: StageRun, message: str) -> str | None:
+    """End the job's run FAILED. If its tracking server is gone, the line that says so (the run
+    stays RUNNING; the next job of its cell closes it, mlflow_run.py) rather than a traceback."""
+    try:
+        ctx.end("failed", message)
+    except Exception as exc:
+        lost = unreachable(exc, ctx.uri)
+        if lost is None:
+            raise
+        return lost
+    return None
 
 
 def run_job(stage: Stage, argv: list[str] | None = None) -> None:
@@ -100,10 +114,11 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
         )
         ctx.end("skipped", str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run FAILED
-        expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit, KeyboardInterrupt))
-        message = f"{type(exc).__name__}: {exc}"
+        lost = unreachable(exc, ctx.uri)  # the tracking server is gone: one line, no run left to end
+        expected = lost or isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit, KeyboardInterrupt))
+        message = lost or f"{type(exc).__name__}: {exc}"
         try:
-            ctx.end("failed", message)
+            lost = lost or _end_failed(ctx, message)
         finally:
             _write_json(
                 failed_file,
@@ -118,6 +133,8 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
         if not expected:
             traceback.print_exc()
         print(f"\n{name}[{ctx.cell}] failed: {message}", file=sys.stderr)
+        if lost and lost != message:
+            print(f"{name}[{ctx.cell}]: {lost}", file=sys.stderr)
         sys.exit(1)
     failed_file.unlink(missing_ok=True)
     _write_json(metrics_file, record)
