@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from steps import lifeline
 from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
@@ -44,6 +45,7 @@ def split_metrics(metrics: dict) -> tuple[dict, dict]:
 
 
 def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the run's ending short
     raise SystemExit(f"killed by signal {signum}")
 
 
@@ -62,6 +64,8 @@ def _end_failed(ctx: StageRun, message: str) -> str | None:
 
 def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    lifeline.die_with_snakemake()  # a job never outlives the snakemake that started it
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)
     common, params = args.cfg.get("common", {}), args.cfg.get("params", {})
@@ -90,7 +94,6 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     )
     metrics_file = Path(args.outputs["metrics"])
     failed_file = metrics_file.with_name("failed.json")
-    signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.time()
     record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash, "tracking_uri": ctx.uri}
     try:
