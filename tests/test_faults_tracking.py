@@ -93,7 +93,7 @@ def test_dead_tracking_uri_stops_the_dag_before_any_job(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env())
     elapsed = time.time() - t0
     assert proc.returncode != 0 and elapsed < 60, (elapsed, proc.stderr[-3000:])
-    lines = [ln for ln in proc.stderr.splitlines() if uri in ln]
+    lines = [ln for ln in proc.stderr.splitlines() if f"tracking server {uri}" in ln]
     assert len(lines) == 1 and "does not answer" in lines[0] and "fix: start it" in lines[0], proc.stderr[-3000:]
     assert "drop tracking.uri" in lines[0]
     assert "Traceback" not in proc.stderr
@@ -211,6 +211,26 @@ def test_job_dies_with_a_killed_snakemake_and_a_rerun_recovers(tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     rec = json.loads((work / "results/ticker/main/metrics.json").read_text())
     assert rec["status"] == "ok" and not (work / "results/ticker/main/failed.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_dag_within_seconds(tmp_path):
+    """A terminal's Ctrl-C: SIGINT to snakemake's whole process group, its jobs included."""
+    work = tmp_path / "work"
+    dag = subprocess.Popen(
+        ticker_workflow(work, seconds=600),
+        env=clean_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: (work / "results/ticker/main/started").exists(), "the job", 180)
+    os.killpg(dag.pid, signal.SIGINT)
+    t0 = time.time()
+    dag.wait(timeout=120)
+    assert dag.returncode != 0 and time.time() - t0 < 30
+    assert "ticker[main] failed: KeyboardInterrupt" in (work / "ticker.log").read_text()
+    assert json.loads((work / "results/ticker/main/failed.json").read_text())["status"] == "failed"
 
 
 def test_a_launched_process_dies_with_its_owner(tmp_path):
