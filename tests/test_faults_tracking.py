@@ -249,6 +249,43 @@ def test_a_launched_process_dies_with_its_owner(tmp_path):
     assert f"(pid {owner.pid}) is gone" in child.stderr.read()
 
 
+def ranks_of(out: Path) -> list[str]:
+    """Pids of torch ranks (steps.sharding.worker, not their torchrun agent) writing to `out`."""
+    return [
+        pid
+        for pid in processes_naming(out)
+        if b"steps.sharding.worker" in (cmd := Path(f"/proc/{pid}/cmdline").read_bytes())
+        and b"torch.distributed.run" not in cmd
+    ]
+
+
+@pytest.mark.slow
+def test_torch_ranks_die_with_a_killed_job(tmp_path):
+    """The job that launched a torchrun cell is SIGKILLed (the OOM killer): its ranks, each in a
+    session of its own, and torchrun's agent go too (before: they ran on, hung in a collective)."""
+    out = tmp_path / "cell"
+    plan = {
+        "mlp": {"dim": 8, "hidden": 16, "layers": 2},
+        "batch_size": 8,
+        "steps": 3,
+        "strategy": "dp",
+        "mesh": {"dp": 2},
+        "fault": {"kill_rank": 1, "at_step": 1, "mode": "hang"},  # rank 0 waits in a collective
+        "launch": {"timeout_s": 600},
+    }
+    code = "from steps.sharding.plan import Plan; from steps.sharding.launch import launch; import json, sys; "
+    code += "launch(Plan.from_params(json.loads(sys.argv[1])), __import__('pathlib').Path(sys.argv[2]))"
+    job = subprocess.Popen([sys.executable, "-c", code, json.dumps(plan), str(out)], env=clean_env())
+    try:
+        wait_for(lambda: len(ranks_of(out)) == 2, "two ranks", 300)
+        time.sleep(3)
+    finally:
+        job.kill()
+        job.wait()
+    assert wait_for(lambda: not ranks_of(out), "the ranks gone", 60) < 10
+    wait_for(lambda: not processes_naming(out), "torchrun's agent gone (it follows its ranks)", 60)
+
+
 # ---- a crafted checkpoint -------------------------------------------------------------------------
 class WritesAFile:
     """What a crafted checkpoint holds: unpickling it calls open(path, "w"), creating the file."""
