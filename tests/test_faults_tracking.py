@@ -20,6 +20,7 @@ import torch
 
 from steps.core.errors import InputError
 from steps.tracking import store
+from steps.tracking.server import unreachable
 from steps.ui import free_port
 from tests.conftest import clean_env, processes_naming, snakemake_cmd
 
@@ -177,15 +178,19 @@ def test_retrying_retries_sqlite_locks_never_a_refused_connection(monkeypatch):
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own retries aside
-    client, attempts = MlflowClient(f"http://127.0.0.1:{dead_port()}"), []
+    uri, attempts = f"http://127.0.0.1:{dead_port()}", []
+    client = MlflowClient(uri)
 
     def refused():
         attempts.append(1)
         return client.search_experiments(max_results=1)
 
-    with pytest.raises(Exception, match="Connection refused"):
+    with pytest.raises(Exception, match="Connection refused") as lost:
         store.retrying(refused)
     assert len(attempts) == 1
+    # the job's one line names this server; a refused connection elsewhere (gloo, a hub) is not it
+    assert unreachable(lost.value, uri).endswith("results/mlflow.db")
+    assert unreachable(RuntimeError("gloo rendezvous: Connection refused"), "http://127.0.0.1:9") is None
 
 
 # ---- snakemake killed outright ---------------------------------------------------------------------

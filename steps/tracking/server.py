@@ -11,6 +11,7 @@ No mlflow import here: the Snakefile calls `preflight` in the `snakemake` proces
 
 from __future__ import annotations
 
+import ssl
 import urllib.error
 import urllib.request
 
@@ -62,17 +63,22 @@ def preflight(configured: str | None = None) -> str | None:
         return fix_line(uri, f"answers GET /health with HTTP {exc.code} (not an MLflow server?)")
     except (OSError, ValueError) as exc:  # refused, timed out, unknown host, malformed address
         reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, ssl.SSLError):  # it answered; TLS trust is MLflow's settings' business
+            return None
         return fix_line(uri, f"does not answer ({reason})")
 
 
 def unreachable(exc: BaseException, uri: str | None) -> str | None:
-    """The one line for a job whose MLflow call failed because its server is gone, else None."""
+    """The one line for a job whose MLflow call failed because its server is gone, else None: the
+    error names a request to the server's address (MLflow's "API request to <uri>/api/... failed")
+    and says the connection failed (a refused gloo rendezvous, say, is not the tracking server)."""
     if not uri or not is_server(uri):
         return None
+    address = uri.rstrip("/").lower() + "/"
     seen = exc
     while seen is not None:
         text = str(seen).lower()
-        if any(sign in text for sign in _SIGNS):
+        if address in text and any(sign in text for sign in _SIGNS):
             return fix_line(uri, "stopped answering during the job")
         seen = seen.__cause__ or seen.__context__
     return None
