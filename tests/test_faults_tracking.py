@@ -1,7 +1,7 @@
 """Faults as a user meets them (issue 33: a dead tracking server, a crafted checkpoint, a killed
 `snakemake`), with real processes: the real snakemake CLI, a real `mlflow server` killed mid-run,
 real signals. The long-running job is a tiny stage module of this file's own (`ticker`, written
-into the test's folder), run by the lab's own job runner (steps/core/job.py) under a two-line
+into the test's folder), run by the lab's own job runner (steps/core/job.py) under a one-rule
 Snakefile: it logs a metric twice a second until its `seconds` pass or a file `go` appears."""
 
 from __future__ import annotations
