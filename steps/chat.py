@@ -23,7 +23,13 @@ def load(checkpoint: str | Path, device: str = "cpu"):
     path = Path(checkpoint)
     if not path.exists():
         sys.exit(f"{path} does not exist; fix: run `snakemake --cores 2 {path.parent / 'metrics.json'}` first")
-    ck = torch.load(path, map_location=device, weights_only=False)
+    from steps.core.errors import InputError
+    from steps.models.training import read_checkpoint  # weights only: a crafted file runs nothing
+
+    try:
+        ck = read_checkpoint(path, map_location=device)
+    except InputError as exc:
+        sys.exit(str(exc))
     model = GPTLMHeadModel(GPTConfig(**ck["config"])).to(device)
     model.load_state_dict(ck["model"])
     tok = AutoTokenizer.from_pretrained(str(path.parent / ck.get("tokenizer", "tokenizer")))

@@ -11,15 +11,20 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from steps import lifeline
 from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
 from steps.core.run import StageRun
-from steps.core.stage import Stage
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
+from steps.tracking.server import unreachable
+
+if TYPE_CHECKING:  # the runner only reads a Stage; the contract imports the runner (Stage.main), not back
+    from steps.core.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -40,11 +45,27 @@ def split_metrics(metrics: dict) -> tuple[dict, dict]:
 
 
 def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the run's ending short
     raise SystemExit(f"killed by signal {signum}")
+
+
+def _end_failed(ctx: StageRun, message: str) -> str | None:
+    """End the job's run FAILED. If its tracking server is gone, the line that says so (the run
+    stays RUNNING; the next job of its cell closes it, mlflow_run.py) rather than a traceback."""
+    try:
+        ctx.end("failed", message)
+    except Exception as exc:
+        lost = unreachable(exc, ctx.uri)
+        if lost is None:
+            raise
+        return lost
+    return None
 
 
 def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    lifeline.die_with_snakemake()  # a job never outlives the snakemake that started it
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)
     common, params = args.cfg.get("common", {}), args.cfg.get("params", {})
@@ -73,7 +94,6 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
     )
     metrics_file = Path(args.outputs["metrics"])
     failed_file = metrics_file.with_name("failed.json")
-    signal.signal(signal.SIGTERM, _on_sigterm)
     t0 = time.time()
     record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash, "tracking_uri": ctx.uri}
     try:
@@ -97,10 +117,11 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
         )
         ctx.end("skipped", str(exc))
     except BaseException as exc:  # noqa: BLE001 - every failure must end the run FAILED
-        expected = isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit, KeyboardInterrupt))
-        message = f"{type(exc).__name__}: {exc}"
+        lost = unreachable(exc, ctx.uri)  # the tracking server is gone: one line, no run left to end
+        expected = lost or isinstance(exc, (InputError, ConfigError, FileNotFoundError, SystemExit, KeyboardInterrupt))
+        message = lost or f"{type(exc).__name__}: {exc}"
         try:
-            ctx.end("failed", message)
+            lost = lost or _end_failed(ctx, message)
         finally:
             _write_json(
                 failed_file,
@@ -115,6 +136,8 @@ def run_job(stage: Stage, argv: list[str] | None = None) -> None:
         if not expected:
             traceback.print_exc()
         print(f"\n{name}[{ctx.cell}] failed: {message}", file=sys.stderr)
+        if lost and lost != message:
+            print(f"{name}[{ctx.cell}]: {lost}", file=sys.stderr)
         sys.exit(1)
     failed_file.unlink(missing_ok=True)
     _write_json(metrics_file, record)

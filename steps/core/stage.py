@@ -105,7 +105,7 @@ class Stage(Presentation):
 
     def main(self, argv: list[str] | None = None) -> None:
         """`python -m steps.<stage> --cfg JSON --output metrics=PATH [--input NAME=PATH ...]`."""
-        from steps.core.job import run_job  # the runner imports this module, not the other way round
+        from steps.core.job import run_job  # imported when a job starts; job.py needs Stage for types only
 
         run_job(self, argv)
 

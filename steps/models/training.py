@@ -6,12 +6,17 @@ steps/models/bench.py).
 Exact resume: the batch of step s is drawn from an RNG seeded by (seed, s, micro-step), and the
 checkpoint holds model, optimizer, torch RNG (dropout) and the metric history, so a run killed
 after step k and restarted reaches the same weights as one that never stopped.
+
+A checkpoint is tensors and plain data (dicts, lists, numbers, strings: the model config as a dict),
+so it loads with `torch.load(weights_only=True)` and no allow-list: a file that asks to unpickle
+anything else (a crafted pickle whose objects would run code) is refused before any of it runs.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from steps.core.errors import InputError
 from steps.models.gpt import GPTLMHeadModel
 from steps.models.train_config import GptTrainConfig
 from steps.models.train_step import StepOptions, TrainStep, autocast
@@ -83,8 +89,22 @@ def save_checkpoint(path: Path, model, opt, state: TrainState, extra: dict) -> N
     os.replace(tmp, path)
 
 
+def read_checkpoint(path: str | Path, map_location="cpu") -> dict:
+    """The checkpoint's dict, unpickled with torch's weights-only loader: a file holding anything but
+    tensors and plain data raises InputError naming it (one line), and nothing in it runs."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines()]
+        why = next((ln for ln in lines if "unsupported" in ln.lower()), "not a torch checkpoint")
+        raise InputError(
+            f"{path}: refused to load: a lab checkpoint holds only tensors and plain data, this file asks "
+            f"for more ({why}); fix: delete it (its job writes a new one), or load it yourself if you trust it"
+        ) from None
+
+
 def load_checkpoint(path: Path, model, opt) -> tuple[TrainState, dict]:
-    ck = torch.load(path, map_location="cpu", weights_only=False)
+    ck = read_checkpoint(path)
     model.load_state_dict(ck["model"])
     opt.load_state_dict(ck["optimizer"])
     torch.set_rng_state(ck["torch_rng"])
@@ -109,7 +129,7 @@ def train(
     opt = ts.optimizer
     state = TrainState()
     if ckpt.exists() and p.resume:
-        ck = torch.load(ckpt, map_location="cpu", weights_only=False)
+        ck = read_checkpoint(ckpt)
         if ck.get("fingerprint") == extra.get("fingerprint"):
             state, _ = load_checkpoint(ckpt, model, opt)
             print(f"resumed from {ckpt} at step {state.step}")

@@ -17,6 +17,7 @@ Where a cell runs (decided here, before anything starts, from `device` and the G
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from dataclasses import replace
 from importlib import util
 from pathlib import Path
 
+from steps import lifeline
 from steps.sharding import engines, nodes
 from steps.sharding.plan import Plan
 
@@ -158,6 +160,7 @@ def run_processes(
         "OMP_NUM_THREADS": "1",
         **(env_extra or {}),
         "N00BGPT_LAUNCH": tag,
+        lifeline.OWNER_ENV: str(os.getpid()),  # the ranks stop if this process dies (steps/lifeline.py)
     }
     log = out / log_name
     t0 = time.time()
@@ -166,15 +169,24 @@ def run_processes(
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kill_tagged(tag)
+            stop(proc, tag)
             raise LaunchError(f"timed out after {timeout_s:.0f} s (a rank hung); killed the group; log {log}")
+        except BaseException:  # the job is stopping (SIGTERM, Ctrl-C, its snakemake died): so do its ranks
+            stop(proc, tag)
+            raise
     if rc != 0:
         kill_tagged(tag)  # a surviving rank would wait in a collective until gloo's timeout
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise LaunchError(f"exit code {rc} after {time.time() - t0:.1f} s (a rank failed); log {log}:\n{tail}")
     return time.time() - t0
+
+
+def stop(proc: subprocess.Popen, tag: str) -> None:
+    """SIGKILL the launch: its process group (torchrun, its agent) and every rank it tagged."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kill_tagged(tag)
 
 
 def kill_tagged(tag: str) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from steps import hardware
+from steps import hardware, lifeline
 from steps.sharding import comm, engines, nodes
 from steps.sharding.parity import max_delta, replica_spread
 from steps.sharding.plan import Plan, plan_from_argv
@@ -164,6 +164,7 @@ def exchange_peers(out: Path) -> None:
 
 
 def main() -> None:
+    lifeline.die_with_owner()  # a rank never outlives the job that launched it
     plan, out = plan_from_argv()
     torch.set_num_threads(1)
     backend = plan.launch.dist_backend

@@ -17,6 +17,16 @@ from steps import paths
 
 EXPERIMENT_PREFIX = "n00bgpt"
 
+# MLflow's HTTP client (mlflow/environment_variables.py) retries 7 times, backoff factor 2, 120 s
+# timeout: about 4 minutes per call to a dead server. The lab's: 2 retries (sleeps 0 and 2 s, plus
+# up to 1 s jitter) of a 15 s request: a refused connection fails a call in about 3 s, a server that
+# accepts and never answers in about 50 s (steps/tracking/server.py says what to do).
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
 
 def tracking_uri(configured: str | None = None) -> str:
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
@@ -46,7 +56,9 @@ def write_lock(uri: str):
 
 
 def retrying(fn, *args, attempts: int = 8, **kwargs):
-    """Call an MLflow write, retrying transient SQLite/HTTP contention with backoff."""
+    """Call an MLflow write, retrying SQLite lock contention (and the dataset-row race) with backoff.
+    Nothing else: a refused or timed-out connection already had MLflow's own HTTP retries
+    (HTTP_DEFAULTS), and retrying it again only hides a dead server (steps/tracking/server.py)."""
     delay = 0.2
     for i in range(attempts):
         try:
@@ -56,11 +68,17 @@ def retrying(fn, *args, attempts: int = 8, **kwargs):
             # two jobs logging the same new dataset at once through a server race on its row
             # (SQLite: "UNIQUE constraint failed: datasets.", PostgreSQL: "duplicate key ... datasets")
             race = "unique constraint failed: datasets." in text or ("duplicate key" in text and "datasets" in text)
-            transient = "locked" in text or "busy" in text or "connection" in text or race
-            if not transient or i == attempts - 1:
+            locked = "database is locked" in text or "database table is locked" in text or "database is busy" in text
+            if not (locked or race) or i == attempts - 1:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+def http_defaults() -> None:
+    """The lab's short MLflow HTTP retries for this process and its children, unless already set."""
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
 
 
 def client(uri: str | None = None):
@@ -68,6 +86,7 @@ def client(uri: str | None = None):
     import mlflow  # steps.tracking stays light (every job imports it; mlflow_run's docstring)
     from mlflow.tracking import MlflowClient
 
+    http_defaults()
     uri = tracking_uri(uri)
     mlflow.set_tracking_uri(uri)
     with write_lock(uri):

@@ -11,11 +11,13 @@ import json
 
 import jax
 
+from steps import lifeline
 from steps.sharding import engines
 from steps.sharding.plan import plan_from_argv
 
 
 def main() -> None:
+    lifeline.die_with_owner()  # the cell's process never outlives the job that launched it
     plan, out = plan_from_argv()
     if plan.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
