@@ -147,6 +147,7 @@ def partition_figure(df: pd.DataFrame, context: int, chips: int = 64):
         for ffn, g in sel.groupby("ffn layout"):
             ax.plot(g["batch"], g[col], marker="o", label=ffn)
         ax.set(xscale="log", xlabel="batch", ylabel=label, title=f"PaLM 540B, {chips} TPU v4, {phase}, {weights}")
+    axes[0].set_yscale("log")  # the weight-gathered layouts take 10-1000× longer to decode
     pub = PUBLISHED
     axes[0].plot([pub["decode"]["batch"]], [pub["decode"]["ms_per_token"]], "k*", ms=12, label="published")
     axes[1].plot([pub["prefill"]["batch"]], [pub["prefill"]["mfu"]], "k*", ms=12, label="published")
@@ -155,6 +156,8 @@ def partition_figure(df: pd.DataFrame, context: int, chips: int = 64):
     for ffn, g in dec.groupby("ffn layout"):
         axes[2].plot(g["chips"], g["predicted comm MB/layer/chip"], marker="o", label=ffn)
     axes[2].set(xscale="log", yscale="log", xlabel="chips", ylabel="comm MB/layer/chip (predicted)", title="decode")
+    axes[2].set_xticks(sorted(dec["chips"].unique()), [str(c) for c in sorted(dec["chips"].unique())])
+    axes[2].minorticks_off()
     for ax in axes:
         ax.legend(fontsize=7)
     fig.suptitle(f"Pope et al. 2022's layouts by the analytic model (context {context}): predictions, not measurements")
