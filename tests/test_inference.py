@@ -153,6 +153,8 @@ def test_2d_weight_stationary_approaches_the_papers_8BLE_over_sqrt_n():
     paper = 8 * 64 * PALM_540B.d_model * 2 / 4096**0.5
     assert 0.97 * paper < ffn_comm_bytes(s) < paper
     assert torus_for(64, PALM_540B) == Torus(4, 4, 4)
+    with pytest.raises(ValueError, match="inference.chips: 24 is not a power of two"):
+        torus_for(24, PALM_540B)
 
 
 def test_2d_communication_falls_with_chips_while_1d_stays_flat():

@@ -118,7 +118,7 @@ def torus_for(n: int, model: Transformer) -> Torus:
     """A power-of-two torus of n chips whose X is the power of two nearest sqrt(n·E/F), the 2D
     layout's best (Pope et al. §3.2.2), the rest split as evenly as it goes (64 chips: 4×4×4)."""
     if n < 1 or n & (n - 1):
-        raise ValueError(f"chips={n}: the torus model takes a power of two (1, 2, 4, ... chips)")
+        raise ValueError(f"inference.chips: {n} is not a power of two; the torus model takes 1, 2, 4, 8, ... chips")
     best = math.sqrt(n * model.d_model / model.d_ff)
     x = min((2**k for k in range(int(math.log2(n)) + 1)), key=lambda c: (round(abs(math.log2(c / best)), 9), c))
     rest = n // x
