@@ -13,7 +13,7 @@ class InferenceConfig(Section):
     model: dict  # GPTConfig knobs of the decoded model (GPT-2 layout: learned positions, MHA unless kv_heads)
     dtype: str  # float64 for parity, float32 for speed
     init_seed: int
-    prompt_len: int  # partition: L, the prefill's tokens and the decode's cached positions
+    prompt_len: int  # prompt tokens per sequence (partition: L, the prefill's tokens and the decode's cached positions)
     new_tokens: int
     contexts: tuple[int, ...]  # kv_cache: prompt lengths the decode starts from
     kv_heads: tuple[int, ...]  # attention: n_kv_head per variant (n_head = MHA, 1 = MQA, between = GQA)
