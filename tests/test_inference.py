@@ -1,5 +1,6 @@
 """The inference stage: cached decoding against HF and uncached decoding (a broken cache fails), the
-KV cache's bytes against the formula exactly, and the stage's cells on the smoke DAG."""
+KV cache's bytes against the formula exactly, the stage's cells on the smoke DAG, and Pope et al.'s
+partitioning model against hand-worked small cases and the paper's published PaLM 540B points."""
 
 from __future__ import annotations
 
@@ -8,9 +9,22 @@ import json
 import pytest
 import torch
 
+from steps.analytic.inference_partition import (
+    PALM_540B,
+    TPU_V4,
+    Chip,
+    Setting,
+    Torus,
+    Transformer,
+    cost,
+    ffn_comm_bytes,
+    mfu,
+    torus_for,
+)
 from steps.analytic.kv_cache import CacheShape, max_batch
 from steps.inference.cells import cache_shape, check_parity
 from steps.inference.decode import build_model, cache_bytes, decode, prompt_ids
+from steps.inference.partition_cell import published_checks, sweep
 from tests.conftest import smoke_cells
 
 TINY = {"vocab_size": 97, "block_size": 32, "n_layer": 2, "n_head": 4, "n_embd": 32}
@@ -86,3 +100,81 @@ def test_the_smoke_dag_runs_every_inference_cell(smoke_dag):
     assert got["attention"]["metrics"]["max_batch_match"] == 1.0
     assert got["attention"]["metrics"]["cache_per_token_mha_over_mqa"] == 4.0  # 4 heads vs 1
     assert got["vs_hf"]["metrics"]["same_tokens"] == 1.0
+    assert got["partition"]["metrics"]["predicted_prefill_mfu_over_published"] < 1.25
+
+
+# ---- partitioning at scale: Pope et al. 2022's layouts by the analytic model (no torch) ----------
+
+
+# 2 layers, E 8, F 32, 2 query heads of 4, one key/value head (multi-query), vocab 16, a GELU MLP
+SMALL = Transformer("small", 2, 8, 32, 2, 4, 1, 16, 2, "by hand")
+SLOW_CHIP = Chip("hand", peak_flops=1e3, hbm_bytes=1e6, hbm_bw=100.0, ici_bw=10.0, source="by hand")
+
+
+def _small(ffn="2d_ws", attention="batch", phase="decode", batch=4, torus=Torus(2, 1, 2)):
+    return Setting(SMALL, SLOW_CHIP, torus, ffn, attention, phase, batch, context=10)
+
+
+def test_partition_model_small_case_by_hand():
+    # per layer 2·8·32 (FFN) + 2·8·8 (Q, O) + 2·8·1·4 (K, V) = 704; + 16·8 embedding
+    assert SMALL.layer_params() == 704 and SMALL.params() == 2 * 704 + 128 == 1536
+    s = _small()  # decode, batch 4 (T = 4 tokens), context 10, bf16, 2D WS on a 2×1×2 torus (X 2, YZ 2)
+    # 2D: all-gather + reduce-scatter over yz of T·E·a/X = 32 bytes, each (2-1)/2 of it; over x of T·F·a/YZ = 128
+    assert ffn_comm_bytes(s) == 2 * 0.5 * 32 + 2 * 0.5 * 128 == 160
+    c = cost(s)
+    # + two all-to-alls (batch-sharded attention) of T·H·a/n = 4·8·2/4 = 16 bytes, 3/4 of it each
+    assert c.comm_bytes_per_layer == 160 + 2 * 0.75 * 16 == 184
+    assert c.comm_s == 2 * 184 / 10.0
+    assert c.flops == 2 * 1536 * 4 + 4 * 2 * 8 * 4 * 10 == 14848
+    assert c.compute_s == 14848 / (4 * 1e3)
+    # cache: 2 (k, v) · 2 layers · 4 seqs · 10 positions · 1 head · 4 dims · 2 bytes = 1280, a quarter per chip
+    assert c.cache_bytes == 1280 / 4 and c.weights_bytes == 1536 * 2 / 4
+    assert c.memory_s == (768 + 320) / 100.0
+    assert c.step_s == pytest.approx(max(3.712, 10.88) + 36.8)
+    assert mfu(s, c) == pytest.approx(14848 / (47.68 * 4 * 1e3))
+
+
+def test_partition_layouts_small_case_by_hand():
+    assert ffn_comm_bytes(_small("1d_ws")) == 2 * 0.75 * (4 * 8 * 2)  # all-gather + reduce-scatter of T·E·a over 4
+    # XYZ weight-gathered: a layer's 704·2 bytes all-gathered over all 4 chips; no activation moves
+    assert ffn_comm_bytes(_small("wg_xyz")) == 0.75 * 704 * 2
+    # X weight-gathered: over x (2 chips) 704·2·2/4 bytes; 1D over the other 2 on half the batch
+    assert ffn_comm_bytes(_small("wg_x")) == 0.5 * 704 + 2 * 0.5 * (2 * 8 * 2)
+    # multi-query attention over heads: its one key/value head is replicated, each chip holds all 1280 bytes
+    assert cost(_small(attention="heads")).cache_bytes == 1280
+    assert cost(_small(attention="heads")).comm_bytes_per_layer == 160
+    # fewer sequences than chips: the cache splits min(B, n) ways
+    assert cost(_small(batch=2)).cache_bytes == 640 / 2
+
+
+def test_2d_weight_stationary_approaches_the_papers_8BLE_over_sqrt_n():
+    # F = 4E, X = sqrt(n)/2: the paper's 8·T·E·a/sqrt(n), less the ring factors (N-1)/N (< 3 % at 4096)
+    s = Setting(PALM_540B, TPU_V4, Torus(32, 8, 16), "2d_ws", "heads", "decode", 64, 2048)
+    paper = 8 * 64 * PALM_540B.d_model * 2 / 4096**0.5
+    assert 0.97 * paper < ffn_comm_bytes(s) < paper
+    assert torus_for(64, PALM_540B) == Torus(4, 4, 4)
+    with pytest.raises(ValueError, match="inference.chips: 24 is not a power of two"):
+        torus_for(24, PALM_540B)
+
+
+def test_2d_communication_falls_with_chips_while_1d_stays_flat():
+    df = sweep([16, 256], [64], 2048)
+    dec = df[(df["phase"] == "decode") & (df["weights"] == "bf16") & (df["attention sharded over"] == "heads")]
+    comm = dec.set_index(["ffn layout", "chips"])["predicted comm MB/layer/chip"]
+    assert 0.9 < comm["1d_ws", 16] / comm["1d_ws", 256] <= 1.0  # only (n-1)/n moves
+    assert 2.5 < comm["2d_ws", 16] / comm["2d_ws", 256] < 4.5  # sqrt(256/16) = 4 at the best X
+    # at 256 chips 2D moves less than 1D; batch-sharded multi-query attention holds 1/min(B, n) of the cache
+    assert comm["2d_ws", 256] < comm["1d_ws", 256] / 4
+    cache = df[(df["chips"] == 256) & (df["phase"] == "decode") & (df["ffn layout"] == "2d_ws")]
+    per = cache.set_index(["weights", "attention sharded over"])["predicted KV cache GiB/chip"]
+    assert per["bf16", "heads"] == pytest.approx(64 * per["bf16", "batch"])
+
+
+def test_published_palm_points():
+    m = published_checks()
+    # 76 % MFU on prefill (64 chips, batch 512 × 2048 tokens, XYZ weight-gathered, bf16): within 25 %
+    assert 0.75 < m["predicted_prefill_mfu_over_published"] < 1.25
+    # 29 ms/token decode (64 chips, batch 64, 2D WS, int8): the roofline model is ~3.5× faster than
+    # the paper measured and does NOT reach 25 % (docs/inference.md: fixed per-collective and per-op
+    # costs are not in it); the gap is pinned so that a change to the model shows
+    assert 0.2 < m["predicted_decode_over_published"] < 0.4

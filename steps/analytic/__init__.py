@@ -8,6 +8,8 @@ communication and FLOPs. No torch, no JAX: the stages' launching sides and the r
   costs.py        a sharding engine's analytic(): state, comm and parameters of its plan (MLP, GPT,
                   the JAX MoE blocks' GShard dispatch)
   flops.py        model FLOPs per token (6N + 12·L·d·T)
+  inference_partition.py  Pope et al. 2022's inference layouts on a TPU torus: per-chip memory, comm,
+                  latency, MFU (the inference stage's partition cell)
 
 Who reads it: the perf stage (memory.step_memory, timeline_bytes: analytic next to measured bytes),
 the sharding stage's engines (costs.mlp_costs / gpt_costs; comm.ring_bytes counts their

@@ -5,6 +5,7 @@ from __future__ import annotations
 from steps.core import Stage, StageRun
 from steps.inference import cells, sweeps
 from steps.inference.config import InferenceConfig
+from steps.inference.partition_cell import partition
 from steps.presentation.inference import SHOWN
 
 KINDS = {
@@ -13,6 +14,7 @@ KINDS = {
     "attention": sweeps.attention,
     "batching": sweeps.batching,
     "vs_hf": sweeps.vs_hf,
+    "partition": partition,
 }
 
 

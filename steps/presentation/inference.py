@@ -11,6 +11,13 @@ KIND_COLUMNS = {
     "attention": ["MQA cache ÷ MHA", "MQA max batch × MHA", "MQA decode × MHA", "max batch = formula"],
     "batching": ["tokens/s B1", "tokens/s best", "throughput gain", "ms/token B1", "ms/token max B"],
     "vs_hf": ["ours tokens/s", "HF tokens/s", "ours × HF", "× HF low", "× HF high", "forward × HF", "loop share"],
+    "partition": [
+        "predicted decode ms/token",
+        "predicted ÷ published decode",
+        "predicted prefill MFU",
+        "predicted ÷ published MFU",
+        "predicted 2D comm fall",
+    ],
 }
 
 
@@ -47,9 +54,14 @@ SHOWN = Presentation(
         "× HF high": "metrics.ours_vs_hf_high",
         "forward × HF": "metrics.ours_vs_hf_forward",
         "loop share": "metrics.loop_share_of_gap",
+        "predicted decode ms/token": "metrics.predicted_decode_ms_per_token",
+        "predicted ÷ published decode": "metrics.predicted_decode_over_published",
+        "predicted prefill MFU": "metrics.predicted_prefill_mfu",
+        "predicted ÷ published MFU": "metrics.predicted_prefill_mfu_over_published",
+        "predicted 2D comm fall": "metrics.predicted_2d_ws_comm_fewest_over_most_chips",
     },
     headline=("KV-cache decode speed-up at the longest context, interleaved, 95 % interval", "cache speed-up", "max"),
     headline_interval=("speed-up low", "speed-up high"),
-    tables=["kv_cache", "attention", "batching", "vs_hf"],
+    tables=["kv_cache", "attention", "batching", "vs_hf", "partition"],
     columns_for=columns_for,
 )
