@@ -54,7 +54,16 @@ BUILDERS = {"dp": build_dp, "fsdp": build_fsdp, "tp": build_tp, "pp": build_pp, 
 
 
 class ScratchEngine:
-    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy."""
+    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy. A dp plan on the
+    GPT (model: gpt, e.g. the MoE GPT) gets ep.py's ScratchGPTEngine instead: the registry keys on
+    backend and strategy, the model picks between the two here."""
+
+    def __new__(cls, plan: Plan, dtype):
+        if cls is ScratchEngine and plan.model == "gpt":
+            from steps.sharding.scratch.ep import ScratchGPTEngine
+
+            return ScratchGPTEngine(plan, dtype)
+        return super().__new__(cls)
 
     def __init__(self, plan: Plan, dtype):
         self.plan, self.dtype = plan, dtype
