@@ -114,7 +114,8 @@ def mlp_comm(plan: Plan) -> float:
 def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     """DP 2Ψ, FSDP 3Ψ over the data axis; TP 4 activation all-reduces (B·T·d) per layer per step
     (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
-    pair, the same bytes); PP the boundary activations forward and gradients backward."""
+    pair, the same bytes; 2 with a MoE, which TP leaves replicated); PP the boundary activations
+    forward and gradients backward; a MoE's router statistics over the data ranks (moe_stats_comm)."""
     g, b = plan.gpt, plan.bytes_per_elem
     rows = plan.batch_size / plan.data_size
     if plan.axis("ep") > 1:
@@ -123,7 +124,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     t = plan.axis("tp")
     if t > 1:
         act = rows * g["block_size"] * g["n_embd"] * b
-        total += 4 * g["n_layer"] * ring_all_reduce(act, t)
+        sharded = 2 if g.get("moe") else 4  # a MoE is not TP-sharded (replicated over tp): attention's two
+        total += sharded * g["n_layer"] * ring_all_reduce(act, t)
         if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
             total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
