@@ -153,11 +153,11 @@ def moe_stats_comm(plan: Plan) -> float:
 
 def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
     """Expert parallelism (steps/sharding/expert_parallel.py), per step: per MoE layer four all-to-alls over ep
-    of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward), one
-    of the E row counts (int64) (ep_all_to_all), and the load-balancing statistics' all-reduce
-    of 2E numbers over every data rank, forward and backward (moe_stats_comm). Dense parameters: under ep, DP's
-    all-reduce over ep (2Ψ_dense); under fsdp_ep, FSDP2 over all fsdp·ep ranks, and the experts'
-    E/ep share FSDP2 over fsdp (3Ψ each: expert groups are never the root)."""
+    of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward) and one
+    of the E row counts (int64) (ep_all_to_all); the load-balancing statistics' all-reduce over every
+    data rank (moe_stats_comm). Dense parameters: under ep, DP's all-reduce over ep (2Ψ_dense); under
+    fsdp_ep, FSDP2 over all fsdp·ep ranks, and the experts' E/ep share FSDP2 over fsdp (3Ψ each:
+    expert groups are never the root)."""
     g, b, n, f = plan.gpt, plan.bytes_per_elem, plan.axis("ep"), plan.axis("fsdp")
     E, k = g["moe"]["experts"], g["moe"]["top_k"]
     experts = sum(v for name, v in shapes.items() if ".mlp.experts." in name)

@@ -9,8 +9,9 @@ buffer (zeros where an expert got fewer rows), `jax.lax.all_to_all` over "ep" se
 the outputs home; the combine reads each assignment's row back and weights it. cap = n (a token
 picks an expert at most once), so no assignment is ever dropped: one device (N = 1, the same
 function) is the sharding reference, and the torch MoE (steps/models/moe.py, ragged dispatch,
-checked against HF Mixtral) on the same weights is the independent one (torch_reference). The price: every all-to-all moves E·cap·C numbers, k·n·C of them real
-(E/k times the ragged dispatch's bytes here) — why production systems pick a capacity factor.
+checked against HF Mixtral) on the same weights the independent one (torch_reference; measured
+4e-16 in fp64, 2e-7 in fp32). The price: every all-to-all moves E·cap·C numbers, k·n·C of them
+real (E/k times the ragged dispatch's bytes here) — why production systems pick a capacity factor.
 Autodiff transposes each all_to_all into the reverse one; the router's gradient is summed over
 "ep" as a replicated parameter's is. Loss: MSE of the blocks' output against a fixed target.
 """
