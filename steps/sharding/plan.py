@@ -179,11 +179,6 @@ class Plan(MeshPlan):
             raise PlanError(f"sharding.mlp.hidden {self.mlp.hidden} must divide by tp={tp}")
         if self.model == "gpt" and (self.gpt["n_head"] % tp or self.gpt["n_embd"] % self.gpt["n_head"]):
             raise PlanError(f"sharding.gpt.n_head {self.gpt['n_head']} must divide by tp={tp}")
-        if self.backend == "torch_scratch" and self.model == "gpt" and self.strategy not in ("dp", "ep"):
-            raise PlanError(
-                f"sharding: backend torch_scratch runs model gpt under dp and ep only, not {self.strategy} "
-                "(its fsdp/tp/pp/dp_tp shard the MLP); fix: model: mlp, or backend: torch_native"
-            )
         if "ep" in self.mesh:
             self._check_ep()
         if self.optimizer not in ("adam", "sgd"):

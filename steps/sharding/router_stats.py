@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
 
 from steps.models.moe import MoE
 
@@ -52,3 +54,14 @@ def pool_router_stats(model, pool_sum: Callable, pool: int, cls: type = PooledSt
     for moe in moe_layers(model):
         moe.__class__ = cls
         moe.pool_sum, moe.pool = pool_sum, pool
+
+
+def pool_over_data_axes(model, mesh) -> None:
+    """The native path's pooling (native/parallelize.py): a MoE's statistics all-reduced over the
+    device mesh's dp and fsdp axes (the ranks that see different rows; not tp) with torch's
+    differentiable all-reduce. Nothing to do without MoE layers or a data axis."""
+    data = tuple(a for a in ("dp", "fsdp") if a in mesh.mesh_dim_names and mesh[a].size() > 1)
+    if not data or not moe_layers(model):
+        return
+    group = (mesh[data]._flatten("router_stats") if len(data) > 1 else mesh[data[0]]).get_group()
+    pool_router_stats(model, lambda t: dist_nn.all_reduce(t, group=group), dist.get_world_size(group))

@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from steps.models.moe import Experts, grouped_mlp
 from steps.sharding.expert_parallel import Collectives, expert_parallel_moe, moe_layers
 from steps.sharding.plan import Plan
-from steps.sharding.router_stats import pool_router_stats
+from steps.sharding.router_stats import pool_over_data_axes
 
 NO_MIXED_PRECISION = MixedPrecisionPolicy()  # FSDP2's default: compute and reduce in the parameters' dtype
 
@@ -220,17 +220,6 @@ def apply_ddp(model, dp_mesh, ignore: tuple[str, ...] = ()):
     if ignore:
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     return DistributedDataParallel(model, process_group=dp_mesh.get_group())
-
-
-def pool_over_data_axes(model, mesh) -> None:
-    """A MoE's load-balancing statistics all-reduced over the mesh's dp and fsdp axes (the ranks that
-    see different rows; not tp), differentiably (router_stats.py): every rank's aux loss is then the
-    global batch's, as on one device. Nothing to do without MoE layers or a data axis."""
-    data = tuple(a for a in ("dp", "fsdp") if a in mesh.mesh_dim_names and mesh[a].size() > 1)
-    if not data or not moe_layers(model):
-        return
-    group = (mesh[data]._flatten("router_stats") if len(data) > 1 else mesh[data[0]]).get_group()
-    pool_router_stats(model, lambda t: dist_nn.all_reduce(t, group=group), dist.get_world_size(group))
 
 
 def parallelize_gpt(model, mesh, plan: Plan):

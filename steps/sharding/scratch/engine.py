@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from steps.analytic import costs
-from steps.sharding.plan import Plan
+from steps.sharding.plan import Plan, PlanError
 from steps.sharding.reference import mlp_reference
 from steps.sharding.scratch.dp import DataParallel
 from steps.sharding.scratch.fsdp import FullyShardedMLP
@@ -60,6 +60,11 @@ class ScratchEngine:
 
     def __new__(cls, plan: Plan, dtype):
         if cls is ScratchEngine and plan.model == "gpt":
+            if plan.strategy != "dp":
+                raise PlanError(
+                    f"sharding: backend torch_scratch runs model gpt under dp and ep only, not {plan.strategy} "
+                    "(its fsdp/tp/pp/dp_tp shard the MLP); fix: model: mlp, or backend: torch_native"
+                )
             from steps.sharding.scratch.ep import ScratchGPTEngine
 
             return ScratchGPTEngine(plan, dtype)
