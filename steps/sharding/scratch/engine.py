@@ -17,6 +17,7 @@ from steps.analytic import costs
 from steps.sharding.plan import Plan, PlanError
 from steps.sharding.reference import mlp_reference
 from steps.sharding.scratch.dp import DataParallel
+from steps.sharding.scratch.ep import ScratchGPTEngine
 from steps.sharding.scratch.fsdp import FullyShardedMLP
 from steps.sharding.scratch.pp import PipelineMLP
 from steps.sharding.scratch.tp import TensorParallelMLP
@@ -65,8 +66,6 @@ class ScratchEngine:
                     f"sharding: backend torch_scratch runs model gpt under dp and ep only, not {plan.strategy} "
                     "(its fsdp/tp/pp/dp_tp shard the MLP); fix: model: mlp, or backend: torch_native"
                 )
-            from steps.sharding.scratch.ep import ScratchGPTEngine
-
             return ScratchGPTEngine(plan, dtype)
         return super().__new__(cls)
 
