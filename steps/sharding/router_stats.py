@@ -4,7 +4,7 @@ The load-balancing loss (steps/models/moe.py) is a product of two batch means pe
 fraction of top-k selections f_e and the mean router probability P_e, aux = E · sum_e f_e P_e. A
 rank that sees 1/N of the batch and forms aux from its own tokens computes E · sum_e f_e^r P_e^r;
 the mean of that over the ranks is not E · sum_e f_e P_e (a mean of products is not the product of
-the means), so DP/FSDP with a per-shard aux loss misses one device (by ~1e-4 after 3 Adam steps in fp64,
+the means), so DP/FSDP with a per-shard aux loss misses one device (parameters by 3e-3 after 3 Adam steps in fp64,
 where 1e-15 is due: docs/sharding.md). The cross-entropy is unaffected: a mean of per-token terms.
 
 Megatron-LM's global_aux_loss (--moe-router-load-balancing-type global_aux_loss: the tokens per
