@@ -108,11 +108,13 @@ def test_a_diverged_expert_on_one_rank_fails_the_cell(tmp_path):
 
 @pytest.mark.slow
 def test_jax_shard_map_ep_matches_one_device(tmp_path):
-    """GShard's dense dispatch under shard_map: 4 host devices, fp64, against the same function on one."""
+    """GShard's dense dispatch under shard_map: 4 host devices, fp64, against the same function on one
+    and against the torch MoE (steps/models/moe.py, ragged dispatch) on one device, same weights."""
     p = ep_plan("jax_shard_map")
     ranks = launch(p, tmp_path)
     m = summarize(p, ranks)
     assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= 1e-12, m
+    assert 0 < m["parity_xbackend"] <= 1e-12 and m["xbackend_max_dparam"] <= 1e-12  # torch's MoE decides too
     assert ranks[0]["comm_calls"]["all-to-all"] == 4 * 2 - 1  # the first dispatch's transpose is dead code
     assert abs(m["comm_ratio"] - 1) <= 1e-12 and abs(m["state_ratio"] - 1) <= 1e-12
 

@@ -157,6 +157,7 @@ def test_the_jax_entry_point_is_loaded_once(tmp_path):
         "steps": 1,
         "batch_size": 4,
         "mlp": {"dim": 4, "hidden": 8, "layers": 2},
+        "cross_backend": False,
     }
     env = {
         **clean_env(),

@@ -114,7 +114,8 @@ def mlp_comm(plan: Plan) -> float:
 def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     """DP 2Ψ, FSDP 3Ψ over the data axis; TP 4 activation all-reduces (B·T·d) per layer per step
     (attention and MLP, forward and backward; with SequenceParallel an all-gather + reduce-scatter
-    pair, the same bytes); PP the boundary activations forward and gradients backward."""
+    pair, the same bytes; 2 with a MoE, which TP leaves replicated); PP the boundary activations
+    forward and gradients backward; a MoE's router statistics over the data ranks (moe_stats_comm)."""
     g, b = plan.gpt, plan.bytes_per_elem
     rows = plan.batch_size / plan.data_size
     if plan.axis("ep") > 1:
@@ -123,7 +124,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     t = plan.axis("tp")
     if t > 1:
         act = rows * g["block_size"] * g["n_embd"] * b
-        total += 4 * g["n_layer"] * ring_all_reduce(act, t)
+        sharded = 2 if g.get("moe") else 4  # a MoE is not TP-sharded (replicated over tp): attention's two
+        total += sharded * g["n_layer"] * ring_all_reduce(act, t)
         if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
             total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
@@ -137,28 +139,36 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     s = plan.axis("pp")
     if s > 1:
         total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
-    return total
+    return total + moe_stats_comm(plan)
+
+
+def moe_stats_comm(plan: Plan) -> float:
+    """A MoE's load-balancing statistics (2E numbers per layer) all-reduced over the data ranks,
+    forward and backward (steps/sharding/router_stats.py); 0 without MoE or a data axis."""
+    moe, n = plan.gpt.get("moe"), plan.data_size
+    if not moe or n == 1:
+        return 0.0
+    return plan.gpt["n_layer"] * 2 * ring_all_reduce(2 * moe["experts"] * plan.bytes_per_elem, n)
 
 
 def ep_comm(plan: Plan, shapes: dict[str, int], rows: float) -> float:
     """Expert parallelism (steps/sharding/expert_parallel.py), per step: per MoE layer four all-to-alls over ep
-    of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward), one
-    of the E row counts (int64), and the load-balancing statistics' all-reduce of 2E numbers over
-    every data rank, forward and backward (ep_all_to_all). Dense parameters: under ep, DP's
-    all-reduce over ep (2Ψ_dense); under fsdp_ep, FSDP2 over all fsdp·ep ranks, and the experts'
-    E/ep share FSDP2 over fsdp (3Ψ each: expert groups are never the root)."""
+    of the rank's rows·T·k assignments of C numbers (dispatch and combine, forward and backward) and one
+    of the E row counts (int64) (ep_all_to_all); the load-balancing statistics' all-reduce over every
+    data rank (moe_stats_comm). Dense parameters: under ep, DP's all-reduce over ep (2Ψ_dense); under
+    fsdp_ep, FSDP2 over all fsdp·ep ranks, and the experts' E/ep share FSDP2 over fsdp (3Ψ each:
+    expert groups are never the root)."""
     g, b, n, f = plan.gpt, plan.bytes_per_elem, plan.axis("ep"), plan.axis("fsdp")
     E, k = g["moe"]["experts"], g["moe"]["top_k"]
     experts = sum(v for name, v in shapes.items() if ".mlp.experts." in name)
     dense = sum(shapes.values()) - experts
     per_layer = ep_all_to_all(rows * g["block_size"] * k * g["n_embd"] * b, E, n)
-    per_layer += 2 * ring_all_reduce(2 * E * b, plan.data_size)
     if f > 1:
         root = sum(v for name, v in shapes.items() if ".h." not in name)
         params = fsdp_bytes(dense, root, b, n * f) + fsdp_bytes(experts / n, 0, b, f)
     else:
         params = ring_all_reduce(dense * b, n)
-    return params + g["n_layer"] * per_layer
+    return params + g["n_layer"] * per_layer + moe_stats_comm(plan)
 
 
 # ---- the scale stage: a named shape on a ScalePlan ------------------------------------------------

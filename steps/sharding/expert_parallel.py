@@ -11,8 +11,9 @@ Shard(0)). Per MoE layer and step (GShard, Lepikhin et al. 2020; torchtitan's Ex
   4. regroup the received rows (by source rank, then expert) by local expert; run the local experts
   5. combine: the reverse all-to-all brings every row back to its token's rank, in the order it left
 Backward: the gradient of an all-to-all is the all-to-all with the splits swapped (steps 5, then 3).
-The load-balancing loss pools its statistics over the ranks (an all-reduce of 2E numbers forward
-and of their gradient backward), so every rank's aux loss is the global batch's, as on one device.
+The load-balancing loss pools its statistics over the data ranks (an all-reduce of 2E numbers
+forward and of their gradient backward: router_stats.py), so every rank's aux loss is the global
+batch's, as on one device.
 
 An expert's gradient arrives whole on its owner (every token routed to it came through the
 dispatch), summed over the ranks' per-rank mean losses: divided by N it is the one-device gradient,
@@ -28,6 +29,7 @@ from typing import Callable
 import torch
 
 from steps.models.moe import MoE
+from steps.sharding.router_stats import PooledStatsMoE, moe_layers, pool_router_stats
 
 
 @dataclass
@@ -41,10 +43,11 @@ class Collectives:
     pool: int  # ranks whose batches the load-balancing statistics pool: every data rank (ep, or fsdp × ep)
 
 
-class ExpertParallelMoE(MoE):
-    """MoE whose run_experts / pool_stats cross the ep group. Built by swapping the class of a MoE
-    (same router and dropout) and setting `ep` (Collectives) and `local` ((x, counts) -> y: the
-    E/N local experts' grouped MLP; a module, so that FSDP's hooks around it run)."""
+class ExpertParallelMoE(PooledStatsMoE):
+    """MoE whose run_experts crosses the ep group and whose statistics pool over the data ranks.
+    Built by expert_parallel_moe: swaps the class of a MoE (same router and dropout) and sets `ep`
+    (Collectives) and `local` ((x, counts) -> y: the E/N local experts' grouped MLP; a module, so
+    that FSDP's hooks around it run)."""
 
     ep: Collectives
     local: Callable
@@ -68,13 +71,13 @@ class ExpertParallelMoE(MoE):
         """(E,) rows this rank sends per global expert -> [N][E/N] rows it receives per source and local expert."""
         return self.ep.exchange_counts(send).view(self.ep.size, -1).tolist()
 
-    def pool_stats(self, counts, prob_sum, n_tokens: int) -> tuple:
-        both = self.ep.all_reduce_sum(torch.cat([counts, prob_sum]))  # (2E,) over the ranks
-        return both[: self.n_experts], both[self.n_experts :], n_tokens * self.ep.pool
 
-
-def moe_layers(model) -> list[MoE]:
-    return [m for m in model.modules() if isinstance(m, MoE)]
+def expert_parallel_moe(model, collectives: Collectives, local: Callable[[MoE], Callable]) -> None:
+    """In place: every MoE layer of `model` dispatches over `collectives` to `local(moe)` (its local
+    experts) and pools its load-balancing statistics over collectives.pool data ranks."""
+    pool_router_stats(model, collectives.all_reduce_sum, collectives.pool, cls=ExpertParallelMoE)
+    for moe in moe_layers(model):
+        moe.ep, moe.local = collectives, local(moe)
 
 
 def is_expert(name: str) -> bool:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-# the errors a cell's parity verdict takes the worst of, and the rank-record key of each
-KINDS = {"loss": "dloss", "grad": "dgrad", "param": "dparam", "replicas": "replica_spread"}
+# the errors a cell's parity verdict takes the worst of, and the rank-record key of each; xbackend:
+# a JAX cell's losses and final parameters against torch's single-device run (jax/engine.py), an
+# independent implementation, at the same tolerance (absent, as in torch cells: 0)
+KINDS = {"loss": "dloss", "grad": "dgrad", "param": "dparam", "replicas": "replica_spread", "xbackend": "xb_err"}
+WHERE = {"grad": "dgrad_where", "param": "dparam_where", "replicas": "replica_where", "xbackend": "xb_where"}
 
 
 def host_f64(t):
@@ -80,12 +83,13 @@ def _worst(value) -> float:
 
 def verdict(ranks: list[dict], tolerance: float) -> dict:
     """The cell's parity from every rank's record: the largest loss, gradient and parameter error
-    over all ranks, the largest spread between replicas, and the worst of these four
-    (`parity_err_worst`, which one it was, on which rank and tensor) against the tolerance."""
+    over all ranks, the largest spread between replicas, a JAX cell's torch↔JAX error, and the
+    worst of these (`parity_err_worst`, which one it was, on which rank and tensor) against the
+    tolerance."""
     per = {kind: [_worst(r.get(key, 0.0)) for r in ranks] for kind, key in KINDS.items()}
     worst_of = max(per, key=lambda kind: max(per[kind]))
     rank = max(range(len(ranks)), key=lambda i: per[worst_of][i])
-    where = {"grad": "dgrad_where", "param": "dparam_where", "replicas": "replica_where"}.get(worst_of)
+    where = WHERE.get(worst_of)
     err = max(per[worst_of])
     return {
         "parity_max_dloss": max(per["loss"]),
@@ -99,6 +103,7 @@ def verdict(ranks: list[dict], tolerance: float) -> dict:
         "parity_tol": tolerance,
         "parity_err_over_tol": err / tolerance,  # cells of different precisions compare by this
         "parity_ok": float(err <= tolerance),
+        **({"parity_xbackend": max(per["xbackend"])} if any(KINDS["xbackend"] in r for r in ranks) else {}),
     }
 
 
@@ -109,5 +114,7 @@ def failure_message(v: dict) -> str:
         f"parity failed: {v['parity_worst_of']} error {v['parity_err_worst']:.2e} > tolerance "
         f"{v['parity_tol']:.0e} on rank {v['parity_worst_rank']}{where}; max |Δloss| {v['parity_max_dloss']:.2e}, "
         f"|Δgrad| {v['parity_max_dgrad']:.2e}, |Δparam| {v['parity_max_dparam']:.2e}, "
-        f"replica spread {v['parity_replica_spread']:.2e} (every rank vs one device, and the ranks vs each other)"
+        f"replica spread {v['parity_replica_spread']:.2e}"
+        + (f", torch↔JAX {v['parity_xbackend']:.2e}" if "parity_xbackend" in v else "")
+        + " (every rank vs one device, the ranks vs each other, a JAX cell vs torch)"
     )

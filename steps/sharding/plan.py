@@ -99,7 +99,7 @@ class Plan(MeshPlan):
     lr: float = 1e-3
     optimizer: Literal["adam", "sgd"] = "adam"  # sgd: momentum 0.9; see parity note in optimizer_for()
     seed: int = 1234
-    cross_backend: bool = False  # jax cells: also run the torch single-device step and compare
+    cross_backend: bool = True  # jax cells: also run the torch single-device step; it joins the verdict (parity.KINDS)
     sequence_parallel: bool = False  # native TP on the GPT: shard LayerNorm/dropout activations on sequence
     mlp: Mlp = Mlp()
     # GPTConfig's fields by name (the schema's: vocab_size, block_size, n_layer, n_head, n_embd, moe;

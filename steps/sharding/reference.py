@@ -3,9 +3,10 @@ same global batches, one process, the plan's optimizer (parity.max_delta compare
 
   mlp_reference         the toy MLP (torch_scratch cells, and the torch side of JAX MLP cells)
   gpt_blocks_reference  our GPT's blocks on an MSE target (the torch side of JAX GPT cells)
+  moe_blocks_reference  x + MoE(x) blocks (models/moe.py) on an MSE target (the torch side of JAX EP)
   gpt_reference         the whole GPT through gpt_train's TrainStep (torch_native cells; its loss
                         at the model's precision: fp64 for fp64)
-The first two share one loop, single_device(); the GPT runs the one training step that gpt_train
+The MLP and the blocks share one loop, single_device(); the GPT runs the one training step that gpt_train
 and perf use (no clipping: the sharded engines do not clip).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from steps.models.gpt import Block, GPTConfig
+from steps.models.moe import MoE
 from steps.models.train_step import StepOptions, TrainStep
 from steps.sharding.gpt_init import full_model, gpt_batch
 from steps.sharding.plan import Plan
@@ -47,12 +49,22 @@ def mlp_reference(plan: Plan, full: dict[str, torch.Tensor], dtype) -> tuple[lis
     return single_device(plan, model, batches, model.full_state)
 
 
-def gpt_blocks_reference(plan: Plan, weights: dict, batches: list) -> tuple[list, dict]:
-    """steps/models/gpt.py Blocks loaded with `weights` (numpy, "transformer.h.<i>.<name>"),
-    trained on the numpy `batches`: per-step losses, final parameters as numpy."""
+class Residual(torch.nn.Module):
+    """x + mlp(x): the JAX MoE blocks' layer (steps/sharding/jax/moe_blocks.py) around a torch MoE."""
+
+    def __init__(self, mlp: torch.nn.Module):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+def blocks_reference(plan: Plan, blocks: torch.nn.Module, weights: dict, batches: list) -> tuple[list, dict]:
+    """torch `blocks` (a Sequential) loaded with `weights` (numpy, "transformer.h.<i>.<name>"),
+    trained on the numpy `batches` with an MSE loss: per-step losses, final parameters as numpy."""
     dtype = DTYPES[plan.dtype]
-    cfg = GPTConfig(**plan.gpt, dropout=0.0)
-    blocks = torch.nn.Sequential(*(Block(cfg) for _ in range(plan.gpt["n_layer"]))).to(dtype)
+    blocks = blocks.to(dtype)
     prefix = "transformer.h."
     blocks.load_state_dict({k[len(prefix) :]: torch.tensor(v, dtype=dtype) for k, v in weights.items()})
 
@@ -61,6 +73,22 @@ def gpt_blocks_reference(plan: Plan, weights: dict, batches: list) -> tuple[list
 
     losses, _, params = single_device(plan, blocks, [[torch.tensor(a, dtype=dtype) for a in b] for b in batches], state)
     return losses, {k: v.numpy() for k, v in params.items()}
+
+
+def gpt_blocks_reference(plan: Plan, weights: dict, batches: list) -> tuple[list, dict]:
+    """steps/models/gpt.py Blocks (the torch side of the JAX GPT-block cells)."""
+    cfg = GPTConfig(**plan.gpt, dropout=0.0)
+    return blocks_reference(plan, torch.nn.Sequential(*(Block(cfg) for _ in range(cfg.n_layer))), weights, batches)
+
+
+def moe_blocks_reference(plan: Plan, weights: dict, batches: list) -> tuple[list, dict]:
+    """x + MoE(x) per layer with steps/models/moe.py's MoE (itself checked against HF Mixtral,
+    tests/test_moe.py) on one device: the torch side of the JAX expert-parallel cell. Its
+    load-balancing loss is left out, as the JAX blocks have none; no capacity (nothing dropped)."""
+    cfg = GPTConfig(**plan.gpt, dropout=0.0)
+    return blocks_reference(
+        plan, torch.nn.Sequential(*(Residual(MoE(cfg)) for _ in range(cfg.n_layer))), weights, batches
+    )
 
 
 def gpt_reference(plan: Plan, dtype) -> tuple[list, list, dict]:

@@ -10,7 +10,8 @@ fp32 matmuls run at "highest" precision (set by __main__.py): XLA's default ther
 The model (toy_mlp.py, gpt_blocks.py, moe_blocks.py) supplies weights, specs and forward. Parity is
 against the unsharded step on one device (same weights, batches), shard by shard on every device
 (each copy of a replicated array is checked, and the copies against each other), and, with
-cross_backend, against torch's.
+cross_backend (every configured JAX cell), against torch's single-device run of the same plan at the
+same tolerance: that check decides the verdict too (parity.KINDS "xbackend").
 """
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ def maybe_diverge(plan: Plan, params: dict, t: int) -> dict:
         for s in a.addressable_shards
     ]
     return {**params, name: jax.make_array_from_single_device_arrays(a.shape, a.sharding, parts)}
+
+
+def cross_backend(losses: list, final: dict, torch_run: tuple) -> dict:
+    """This cell's losses and final parameters against the torch single-device run of the same plan
+    (losses, params): xb_err, the worse of the two, joins the parity verdict (parity.KINDS)."""
+    dloss = max(abs(a - b) for a, b in zip(losses, torch_run[0]))
+    dparam, where = max_delta(final, torch_run[1])
+    return {"xb_dloss": dloss, "xb_dparam": dparam, "xb_err": max(dloss, dparam), "xb_where": where}
 
 
 class JaxEngine:
@@ -200,14 +209,7 @@ class JaxEngine:
             "dparam": dparam,
             "dparam_where": dparam_where,
             **dict(zip(("replica_spread", "replica_where"), max([spread] + [d[2] for d in dgrad]))),
-            **(
-                {
-                    "xb_dloss": max(abs(a - b) for a, b in zip(res["losses"], xb[0])),
-                    "xb_dparam": max_delta(final, xb[1])[0],
-                }
-                if xb
-                else {}
-            ),
+            **(cross_backend(res["losses"], final, xb) if xb else {}),
             "state_bytes": {"params": dev_p[worst], "grads": dev_g[worst], "optim": dev_o[worst]},
             "analytic": self.model.analytic(plan, {k: int(v.size) for k, v in final.items()}),
             "peak_rss_bytes": hardware.peak_rss_bytes(),

@@ -38,8 +38,9 @@ from torch.distributed.tensor.parallel import (
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.models.moe import Experts, grouped_mlp
-from steps.sharding.expert_parallel import Collectives, ExpertParallelMoE, moe_layers
+from steps.sharding.expert_parallel import Collectives, expert_parallel_moe, moe_layers
 from steps.sharding.plan import Plan
+from steps.sharding.router_stats import pool_over_data_axes
 
 NO_MIXED_PRECISION = MixedPrecisionPolicy()  # FSDP2's default: compute and reduce in the parameters' dtype
 
@@ -185,8 +186,7 @@ def apply_ep(model, ep_mesh, pool_group=None, fsdp_mesh=None, mp_policy: MixedPr
     for moe in moe_layers(model):
         distribute_module(moe.experts, ep_mesh, _shard_dim0)
         moe.experts.__class__ = LocalExperts
-        moe.__class__ = ExpertParallelMoE
-        moe.ep, moe.local = collectives, moe.experts
+    expert_parallel_moe(model, collectives, lambda moe: moe.experts)
     if fsdp_mesh is None:
         return
     for moe in moe_layers(model):
@@ -223,12 +223,14 @@ def apply_ddp(model, dp_mesh, ignore: tuple[str, ...] = ()):
 
 
 def parallelize_gpt(model, mesh, plan: Plan):
-    """TP on the mesh's tp axis, then FSDP2 over fsdp (or HSDP over dp×shard), else DDP over dp.
-    Returns the model to train (DDP wraps it; the others change it in place). Under FSDP2 pass a
-    meta-device model and materialise it afterwards (see NativeEngine)."""
+    """TP on the mesh's tp axis, then a MoE's router statistics pooled over the data axes, then FSDP2
+    over fsdp (or HSDP over dp×shard), else DDP over dp. Returns the model to train (DDP wraps it;
+    the others change it in place). Under FSDP2 pass a meta-device model and materialise it
+    afterwards (see NativeEngine)."""
     axes = mesh.mesh_dim_names
     if "tp" in axes:
         apply_tp(model, mesh["tp"], plan.sequence_parallel)
+    pool_over_data_axes(model, mesh)
     if "dp" in axes and "fsdp" in axes:  # HSDP: shard over fsdp, replicate over dp
         apply_fsdp(model, mesh["dp", "fsdp"])
     elif "fsdp" in axes:

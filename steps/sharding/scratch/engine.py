@@ -14,9 +14,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from steps.analytic import costs
-from steps.sharding.plan import Plan
+from steps.sharding.plan import Plan, PlanError
 from steps.sharding.reference import mlp_reference
 from steps.sharding.scratch.dp import DataParallel
+from steps.sharding.scratch.ep import ScratchGPTEngine
 from steps.sharding.scratch.fsdp import FullyShardedMLP
 from steps.sharding.scratch.pp import PipelineMLP
 from steps.sharding.scratch.tp import TensorParallelMLP
@@ -54,7 +55,19 @@ BUILDERS = {"dp": build_dp, "fsdp": build_fsdp, "tp": build_tp, "pp": build_pp, 
 
 
 class ScratchEngine:
-    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy."""
+    """The MLP from numpy weights (toy_mlp_init.py), sharded by the plan's strategy. A dp plan on the
+    GPT (model: gpt, e.g. the MoE GPT) gets ep.py's ScratchGPTEngine instead: the registry keys on
+    backend and strategy, the model picks between the two here."""
+
+    def __new__(cls, plan: Plan, dtype):
+        if cls is ScratchEngine and plan.model == "gpt":
+            if plan.strategy != "dp":
+                raise PlanError(
+                    f"sharding: backend torch_scratch runs model gpt under dp and ep only, not {plan.strategy} "
+                    "(its fsdp/tp/pp/dp_tp shard the MLP); fix: model: mlp, or backend: torch_native"
+                )
+            return ScratchGPTEngine(plan, dtype)
+        return super().__new__(cls)
 
     def __init__(self, plan: Plan, dtype):
         self.plan, self.dtype = plan, dtype

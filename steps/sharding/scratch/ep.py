@@ -1,4 +1,5 @@
-"""Expert parallelism from scratch on the MoE GPT (the dispatch and its schedule: steps/sharding/expert_parallel.py).
+"""Expert parallelism from scratch on the MoE GPT (the dispatch and its schedule: steps/sharding/expert_parallel.py),
+and data parallelism from scratch on the (MoE) GPT (ScratchGPTEngine: the MLP engines' dp.py step).
 
 The collectives' autograd by hand, as tp.py's Megatron operators:
   AllToAll      forward: rows to ranks by in_splits; backward: the gradient rows back, splits swapped
@@ -17,10 +18,11 @@ import torch
 import torch.distributed as dist
 
 from steps.sharding import comm
-from steps.sharding.expert_parallel import Collectives, ExpertParallelMoE, is_expert, local_experts, moe_layers
+from steps.sharding.expert_parallel import Collectives, expert_parallel_moe, is_expert, local_experts, moe_layers
 from steps.sharding.gpt_init import full_model, param_shapes
 from steps.sharding.native.engine import GPTEngine
 from steps.sharding.plan import Plan
+from steps.sharding.router_stats import pool_router_stats
 
 
 class AllToAll(torch.autograd.Function):
@@ -67,19 +69,29 @@ def shard_experts(model, rank: int, size: int, collectives: Collectives) -> None
     dispatches through `collectives`."""
     for moe in moe_layers(model):
         moe.experts = moe.experts.select(local_experts(moe.n_experts, rank, size))
-        moe.__class__ = ExpertParallelMoE
-        moe.ep, moe.local = collectives, moe.experts
+    expert_parallel_moe(model, collectives, lambda moe: moe.experts)
 
 
-class ScratchEPEngine(GPTEngine):
-    """strategy ep, backend torch_scratch: the GPT with its experts sharded over every rank."""
+class ScratchGPTEngine(GPTEngine):
+    """backend torch_scratch on the GPT, strategy dp: the whole model on every rank, each rank its own
+    rows, every gradient all-reduced and divided by N (dp.py's step), a MoE's load-balancing
+    statistics pooled over the ranks by AllReduceSum (router_stats.py). ScratchEPEngine: ep."""
+
+    expert_shards = 1  # ranks the experts are split over
 
     def __init__(self, plan: Plan, dtype):
         super().__init__(plan, dtype)
         self.data_rank, self.data_size = self.rank, self.world
         self.model = full_model(plan, dtype)
         self.shapes = param_shapes(self.model)
-        shard_experts(self.model, self.rank, self.world, scratch_collectives())
+        self.distribute(scratch_collectives())
+
+    def distribute(self, collectives: Collectives) -> None:
+        pool_router_stats(self.model, collectives.all_reduce_sum, collectives.pool)
+
+    def sharded(self, name: str) -> bool:
+        """Whether this rank holds only its share of parameter `name` (its own experts)."""
+        return self.expert_shards > 1 and is_expert(name)
 
     def train_step(self, ids) -> torch.Tensor:
         loss = self.model(ids, labels=ids).loss
@@ -89,19 +101,19 @@ class ScratchEPEngine(GPTEngine):
 
     @torch.no_grad()
     def sync_grads(self) -> None:
-        """Dense: mean over the replicas (an all-reduce each); experts: whole already, / N."""
+        """Replicated: mean over the replicas (an all-reduce each); sharded experts: whole already, / N."""
         for name, p in self.model.named_parameters():
-            if not is_expert(name):
+            if not self.sharded(name):
                 comm.all_reduce(p.grad)
             p.grad.div_(self.world)
 
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
-        """Experts gathered over the ranks (parity check only: plain dist.all_gather, not counted)."""
+        """Sharded experts gathered over the ranks (parity check only: plain dist.all_gather, not counted)."""
         out = {}
         for name, p in self.model.named_parameters():
             t = (p if kind == "param" else p.grad).detach().contiguous()
-            if is_expert(name):
+            if self.sharded(name):
                 parts = [torch.empty_like(t) for _ in range(self.world)]
                 dist.all_gather(parts, t)
                 t = torch.cat(parts)
@@ -111,3 +123,11 @@ class ScratchEPEngine(GPTEngine):
     def comm_mode(self, counter, world: int):
         """Nothing to add: every collective goes through comm.py's counted wrappers."""
         return nullcontext()
+
+
+class ScratchEPEngine(ScratchGPTEngine):
+    """strategy ep, backend torch_scratch: the GPT with its experts sharded over every rank."""
+
+    def distribute(self, collectives: Collectives) -> None:
+        self.expert_shards = self.world
+        shard_experts(self.model, self.rank, self.world, collectives)
