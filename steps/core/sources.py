@@ -1,0 +1,141 @@
+"""The source a stage runs, as one hash: its module plus every `steps` module it imports, transitively.
+
+The stage rules record it as a param (workflow/rules/common.smk: `code`), so Snakemake's params
+trigger reruns a stage's jobs when any of that code changes, and only those: editing
+steps/models/gpt.py reruns the stages that import it, not word2vec. Snakemake's own code trigger
+compares a rule's shell text only, which is the same for every stage.
+
+Imports are read with `ast`, never executed (the Snakefile must not load torch): `import a.b`,
+`from a import b` (b as a module where it is one), relative imports, imports inside functions
+(they run when called), and string constants that name a steps module exactly (`"steps.x.y"` or
+`"steps.x.y:Attr"`: modules a stage starts with `python -m` or loads from a registry). Importing a
+module runs its parent packages' `__init__.py`, and `python -m` on a package runs its `__main__.py`:
+both count. What a config names at run time (components' `extra_modules`) is tracked by the config.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+PACKAGE = "steps"
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `steps` package
+CACHE = ROOT / ".snakemake" / "steps-imports.json"  # ignored by git, beside Snakemake's own state
+_NAMED_MODULE = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
+
+
+@functools.cache
+def module_file(name: str) -> Path | None:
+    """The file that defines module `name` (a package: its `__init__.py`), or None (no such module)."""
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _with_parents(name: str) -> list[str]:
+    """`a.b.c` -> [a, a.b, a.b.c]: importing a module runs every package above it first."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _from_targets(node: ast.ImportFrom, importer: str, is_package: bool) -> list[str]:
+    """What `from X import a, b` may load: X, and X.a, X.b (kept where they are modules)."""
+    base = node.module or ""
+    if node.level:  # relative to the importer's package
+        package = importer.split(".") if is_package else importer.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    return [base] + [f"{base}.{a.name}" for a in node.names]
+
+
+def named_modules(name: str, source: bytes, is_package: bool) -> list[str]:
+    """Every module name the source names (any import statement, at any depth, or a string
+    constant naming a steps module): a function of the text alone, so it can be cached on disk."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.update(_from_targets(node, name, is_package))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED_MODULE.fullmatch(node.value):
+            found.add(node.value.partition(":")[0])
+    return sorted(m for m in found if m.split(".")[0] == PACKAGE)
+
+
+_parsed: list[str] = []  # modules parsed since the cache was last written
+
+
+@functools.cache
+def _cache() -> dict:
+    """{"<module>:<sha256 of its bytes>": named_modules}, kept between Snakemake calls: parsing
+    every module each time would cost the Snakefile's parse seconds on a busy machine."""
+    try:
+        return json.loads(CACHE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_cache() -> None:
+    """Write the cache atomically when a module was parsed (several Snakemake calls may run at
+    once); a read-only checkout just parses again next time."""
+    if not _parsed:
+        return
+    _parsed.clear()
+    tmp = CACHE.with_name(f"{CACHE.name}.{os.getpid()}.tmp")
+    try:
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(_cache(), sort_keys=True))
+        os.replace(tmp, CACHE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+@functools.cache
+def _digest(path: Path) -> str:
+    """sha256 of a file's bytes, read once per process."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@functools.cache
+def direct_imports(name: str) -> frozenset[str]:
+    """The existing `steps` modules that module `name` names, with their parent packages."""
+    path = module_file(name)
+    key = f"{name}:{_digest(path)}"
+    if key not in _cache():
+        _cache()[key] = named_modules(name, path.read_bytes(), path.name == "__init__.py")
+        _parsed.append(name)
+    return frozenset(p for m in _cache()[key] for p in _with_parents(m) if module_file(p))
+
+
+@functools.cache
+def closure(module: str) -> tuple[Path, ...]:
+    """Every file `python -m <module>` may run from this package, sorted: the module (a package's
+    `__main__.py` too), its parents, and what they import, transitively."""
+    start = set(_with_parents(module))
+    if module_file(f"{module}.__main__"):
+        start.add(f"{module}.__main__")
+    seen: set[str] = set()
+    todo = [m for m in start if module_file(m)]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(direct_imports(name) - seen)
+    return tuple(sorted(module_file(m) for m in seen))
+
+
+@functools.cache
+def source_hash(module: str) -> str:
+    """sha256 (16 hex digits) over the relative paths and contents of `closure(module)`: it changes
+    when any file the stage runs changes, is added to or dropped from its imports."""
+    files = closure(module)
+    _save_cache()
+    listing = "\n".join(f"{path.relative_to(ROOT).as_posix()} {_digest(path)}" for path in files)
+    return hashlib.sha256(listing.encode()).hexdigest()[:16]

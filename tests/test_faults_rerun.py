@@ -1,0 +1,152 @@
+"""A finished DAG plus one change plans exactly the jobs the change touches, and a broken result is
+redone, never trusted (issue 33, items 1 and 3; configs/README.md, "When a job reruns").
+
+Real `snakemake` dry runs (`-n`) on a copy of the session's finished smoke DAG: the copy's files are
+hard links (cheap; every change here replaces a file or moves it, never writes into one), its
+`.snakemake/` a real copy. What each dry run plans is read from its job blocks (rule, cell, reason)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SMOKE, clean_env, smoke_cells, snakemake, snakemake_cmd
+
+PARAMS_CHANGED = "Params have changed since last execution"
+
+
+def copy_dag(src: Path, dst: Path) -> Path:
+    """A copy of a finished DAG's folder: results hard-linked (same mtimes), .snakemake/ copied."""
+
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=link, ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.copytree(src / ".snakemake", dst / ".snakemake", symlinks=True)
+    return dst
+
+
+def planned(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    """{"<rule>/<cell>": reason} of the jobs a dry run plans (`all` left out); {} for "Nothing to be done"."""
+    jobs, job = {}, None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
+            job = {"rule": m[1], "cell": "main", "reason": ""}
+            if m[1] != "all":
+                jobs[id(job)] = job
+        elif job is not None and (m := re.fullmatch(r"(reason|wildcards): (.*)", line.strip())):
+            job[m[1]] = m[2].removeprefix("cell=") if m[1] == "wildcards" else m[2]
+            if m[1] == "wildcards":
+                job["cell"] = job.pop("wildcards")
+    return {f"{j['rule']}/{j['cell']}": j["reason"] for j in jobs.values()}
+
+
+def dry_run(workdir: Path, *args: str, snakefile: Path | None = None) -> dict[str, str]:
+    """The jobs `snakemake -n` plans in `workdir` (the project's Snakefile, or a copy's)."""
+    if snakefile is None:
+        proc = snakemake(workdir, "-n", *args, timeout=300)
+    else:
+        cmd = snakemake_cmd(workdir, "-n", *args)
+        cmd[cmd.index("-s") + 1] = str(snakefile)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env())
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return planned(proc)
+
+
+def every_job() -> set[str]:
+    """Every job of the smoke DAG, "<rule>/<cell>", the report included."""
+    return {f"{stage}/{cell}" for stage, cells in smoke_cells().items() for cell in cells} | {"report/main"}
+
+
+@pytest.fixture
+def finished(smoke_dag, tmp_path) -> Path:
+    """A private copy of the finished smoke DAG."""
+    return copy_dag(smoke_dag, tmp_path / "dag")
+
+
+def overlay(tmp_path: Path, text: str) -> tuple[str, ...]:
+    """`--configfile smoke.yaml <a YAML file with text>`: a change on top of the smoke config."""
+    extra = tmp_path / "change.yaml"
+    extra.write_text(text)
+    return ("--configfile", str(SMOKE), str(extra))
+
+
+def test_unchanged_plans_nothing_twice(finished):
+    """Nothing in a job's recorded params varies between two plain calls (paths, run ids, order)."""
+    assert dry_run(finished) == {}
+    assert dry_run(finished) == {}
+
+
+def test_seed_reruns_every_job_for_its_params_and_opt_out(finished):
+    jobs = dry_run(finished, "--config", "seed=7")
+    assert set(jobs) == every_job()
+    assert {reason for job, reason in jobs.items() if job != "report/main"} == {PARAMS_CHANGED}
+    assert dry_run(finished, "--config", "seed=7", "--rerun-triggers", "mtime", "input") == {}
+
+
+def test_a_stage_knob_reruns_that_stage_and_the_report(finished, tmp_path):
+    jobs = dry_run(finished, *overlay(tmp_path, "word2vec: {window: 3}\n"))
+    w2v = {f"word2vec/{c}" for c in smoke_cells()["word2vec"]}
+    assert set(jobs) == w2v | {"report/main"}
+    assert all(jobs[j] == PARAMS_CHANGED for j in w2v), jobs
+
+
+def test_one_cells_knob_reruns_that_cell_and_the_report(finished, tmp_path):
+    jobs = dry_run(finished, *overlay(tmp_path, "word2vec: {cells: {gensim: {seeds: 2}}}\n"))
+    assert set(jobs) == {"word2vec/gensim", "report/main"}
+    assert jobs["word2vec/gensim"] == PARAMS_CHANGED
+
+
+def test_a_source_edit_reruns_the_stages_that_import_it(finished, tmp_path):
+    """A copy of the checkout: the project's files are never edited. steps/word2vec/train.py is
+    word2vec's alone; steps/models/gpt.py is shared by the GPT stages and not imported by word2vec."""
+    tree = tmp_path / "tree"
+    for part in ("steps", "workflow", "configs"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", ".snakemake"))
+    snakefile = tree / "workflow" / "Snakefile"
+    assert dry_run(finished, snakefile=snakefile) == {}
+    with (tree / "steps" / "word2vec" / "train.py").open("a") as fh:
+        fh.write("\n# an edit\n")
+    jobs = dry_run(finished, snakefile=snakefile)
+    assert set(jobs) == {f"word2vec/{c}" for c in smoke_cells()["word2vec"]} | {"report/main"}
+    (tree / "steps" / "word2vec" / "train.py").write_bytes((ROOT / "steps" / "word2vec" / "train.py").read_bytes())
+    with (tree / "steps" / "models" / "gpt.py").open("a") as fh:
+        fh.write("\n# an edit\n")
+    rerun = {job.partition("/")[0] for job in dry_run(finished, snakefile=snakefile)}
+    assert "gpt_train" in rerun and "gpt_parity" in rerun
+    assert not rerun & {"word2vec", "prepare_corpus", "train_tokenizer", "prepare_mcq"}, rerun
+
+
+def test_a_truncated_metrics_json_is_moved_aside_and_redone(finished):
+    metrics = finished / "results" / "word2vec" / "gensim" / "metrics.json"
+    text = metrics.read_text()
+    metrics.unlink()  # a new file: the session's DAG shares the old one's inode
+    metrics.write_text(text[: len(text) // 2])
+    proc = snakemake(finished, "-n", timeout=300)
+    assert "results/word2vec/gensim/metrics.json: not valid JSON" in proc.stderr
+    assert set(planned(proc)) == {"word2vec/gensim", "report/main"}
+    assert (metrics.parent / "metrics.json.broken").read_text() == text[: len(text) // 2]
+
+
+def test_a_metrics_json_without_its_run_is_redone(finished):
+    metrics = finished / "results" / "prepare_mcq" / "main" / "metrics.json"
+    text = re.sub(r'"run_id": "\w+"', '"run_id": null', metrics.read_text())
+    metrics.unlink()
+    metrics.write_text(text)
+    jobs = dry_run(finished)
+    assert "prepare_mcq/main" in jobs and "mcq_finetune/finetuned_context" in jobs
+    assert not {j for j in jobs if j.startswith(("word2vec/", "sharding/", "scale/"))}
+
+
+def test_a_deleted_store_redoes_every_job(finished):
+    (finished / "results" / "mlflow.db").unlink()
+    proc = snakemake(finished, "-n", timeout=300)
+    assert "is not in the store" in proc.stderr
+    assert set(planned(proc)) == every_job()
