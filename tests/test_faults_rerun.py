@@ -35,17 +35,14 @@ def copy_dag(src: Path, dst: Path) -> Path:
 
 def planned(proc: subprocess.CompletedProcess) -> dict[str, str]:
     """{"<rule>/<cell>": reason} of the jobs a dry run plans (`all` left out); {} for "Nothing to be done"."""
-    jobs, job = {}, None
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if m := re.fullmatch(r"(?:local)?rule (\w+):", line.strip()):
-            job = {"rule": m[1], "cell": "main", "reason": ""}
-            if m[1] != "all":
-                jobs[id(job)] = job
-        elif job is not None and (m := re.fullmatch(r"(reason|wildcards): (.*)", line.strip())):
-            job[m[1]] = m[2].removeprefix("cell=") if m[1] == "wildcards" else m[2]
-            if m[1] == "wildcards":
-                job["cell"] = job.pop("wildcards")
-    return {f"{j['rule']}/{j['cell']}": j["reason"] for j in jobs.values()}
+    parts = re.split(r"^\s*(?:local)?rule (\w+):$", proc.stdout + proc.stderr, flags=re.M)
+    jobs = {}
+    for rule, block in zip(parts[1::2], parts[2::2]):
+        cell = re.search(r"^\s*wildcards: cell=([^,\s]+)", block, flags=re.M)
+        reason = re.search(r"^\s*reason: (.*)$", block, flags=re.M)
+        if rule != "all":
+            jobs[f"{rule}/{cell[1] if cell else 'main'}"] = reason[1] if reason else ""
+    return jobs
 
 
 def dry_run(workdir: Path, *args: str, snakefile: Path | None = None) -> dict[str, str]:
@@ -104,23 +101,30 @@ def test_one_cells_knob_reruns_that_cell_and_the_report(finished, tmp_path):
     assert jobs["word2vec/gensim"] == PARAMS_CHANGED
 
 
+def append(path: Path, text: str) -> None:
+    """Add a line to a file of the copied checkout."""
+    path.write_text(path.read_text() + text)
+
+
 def test_a_source_edit_reruns_the_stages_that_import_it(finished, tmp_path):
-    """A copy of the checkout: the project's files are never edited. steps/word2vec/train.py is
-    word2vec's alone; steps/models/gpt.py is shared by the GPT stages and not imported by word2vec."""
+    """On a copy of the checkout (the project's files are never edited): a comment changes nothing;
+    code in steps/word2vec/train.py reruns word2vec alone; code in steps/models/gpt.py reruns the
+    GPT stages that import it, not word2vec or the data stages."""
     tree = tmp_path / "tree"
     for part in ("steps", "workflow", "configs"):
         shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", ".snakemake"))
     snakefile = tree / "workflow" / "Snakefile"
+    train, gpt = tree / "steps/word2vec/train.py", tree / "steps/models/gpt.py"
+    append(train, "\n# a comment\n")
     assert dry_run(finished, snakefile=snakefile) == {}
-    with (tree / "steps" / "word2vec" / "train.py").open("a") as fh:
-        fh.write("\n# an edit\n")
+    append(train, "EDITED = True\n")
     jobs = dry_run(finished, snakefile=snakefile)
     assert set(jobs) == {f"word2vec/{c}" for c in smoke_cells()["word2vec"]} | {"report/main"}
-    (tree / "steps" / "word2vec" / "train.py").write_bytes((ROOT / "steps" / "word2vec" / "train.py").read_bytes())
-    with (tree / "steps" / "models" / "gpt.py").open("a") as fh:
-        fh.write("\n# an edit\n")
+    assert jobs["word2vec/gensim"] == PARAMS_CHANGED
+    shutil.copy2(ROOT / "steps/word2vec/train.py", train)
+    append(gpt, "EDITED = True\n")
     rerun = {job.partition("/")[0] for job in dry_run(finished, snakefile=snakefile)}
-    assert "gpt_train" in rerun and "gpt_parity" in rerun
+    assert {"gpt_train", "gpt_parity", "report"} <= rerun
     assert not rerun & {"word2vec", "prepare_corpus", "train_tokenizer", "prepare_mcq"}, rerun
 
 

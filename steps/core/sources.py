@@ -25,7 +25,7 @@ from pathlib import Path
 
 PACKAGE = "steps"
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `steps` package
-CACHE = ROOT / ".snakemake" / "steps-imports.json"  # ignored by git, beside Snakemake's own state
+CACHE = ROOT / ".snakemake" / "steps-sources.json"  # ignored by git, beside Snakemake's own state
 _NAMED_MODULE = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
 
 
@@ -55,18 +55,24 @@ def _from_targets(node: ast.ImportFrom, importer: str, is_package: bool) -> list
     return [base] + [f"{base}.{a.name}" for a in node.names]
 
 
-def named_modules(name: str, source: bytes, is_package: bool) -> list[str]:
-    """Every module name the source names (any import statement, at any depth, or a string
-    constant naming a steps module): a function of the text alone, so it can be cached on disk."""
+def parse(name: str, source: bytes, is_package: bool) -> dict:
+    """What the hash needs of one module, a function of its text alone (so it is cached on disk):
+    `imports`, every module name it names (any import statement, at any depth, or a string constant
+    naming a steps module), and `code`, a digest of its syntax tree: an edit of the code or a
+    docstring changes it, a comment or a reformatting does not."""
+    tree = ast.parse(source)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             found.update(_from_targets(node, name, is_package))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _NAMED_MODULE.fullmatch(node.value):
             found.add(node.value.partition(":")[0])
-    return sorted(m for m in found if m.split(".")[0] == PACKAGE)
+    return {
+        "imports": sorted(m for m in found if m.split(".")[0] == PACKAGE),
+        "code": hashlib.sha256(ast.dump(tree).encode()).hexdigest(),
+    }
 
 
 _parsed: list[str] = []  # modules parsed since the cache was last written
@@ -74,8 +80,8 @@ _parsed: list[str] = []  # modules parsed since the cache was last written
 
 @functools.cache
 def _cache() -> dict:
-    """{"<module>:<sha256 of its bytes>": named_modules}, kept between Snakemake calls: parsing
-    every module each time would cost the Snakefile's parse seconds on a busy machine."""
+    """{"<module>:<sha256 of its bytes>": parse(...)}, kept between Snakemake calls: parsing every
+    module each time would cost the Snakefile's parse seconds on a busy machine."""
     try:
         return json.loads(CACHE.read_text())
     except (OSError, ValueError):
@@ -98,26 +104,26 @@ def _save_cache() -> None:
 
 
 @functools.cache
-def _digest(path: Path) -> str:
-    """sha256 of a file's bytes, read once per process."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def parsed(name: str) -> dict:
+    """`parse` of module `name`, from the cache when its bytes are unchanged."""
+    path = module_file(name)
+    source = path.read_bytes()
+    key = f"{name}:{hashlib.sha256(source).hexdigest()}"
+    if key not in _cache():
+        _cache()[key] = parse(name, source, path.name == "__init__.py")
+        _parsed.append(name)
+    return _cache()[key]
 
 
-@functools.cache
 def direct_imports(name: str) -> frozenset[str]:
     """The existing `steps` modules that module `name` names, with their parent packages."""
-    path = module_file(name)
-    key = f"{name}:{_digest(path)}"
-    if key not in _cache():
-        _cache()[key] = named_modules(name, path.read_bytes(), path.name == "__init__.py")
-        _parsed.append(name)
-    return frozenset(p for m in _cache()[key] for p in _with_parents(m) if module_file(p))
+    return frozenset(p for m in parsed(name)["imports"] for p in _with_parents(m) if module_file(p))
 
 
 @functools.cache
-def closure(module: str) -> tuple[Path, ...]:
-    """Every file `python -m <module>` may run from this package, sorted: the module (a package's
-    `__main__.py` too), its parents, and what they import, transitively."""
+def closure(module: str) -> tuple[str, ...]:
+    """Every module of this package that `python -m <module>` may run, sorted: the module (a
+    package's `__main__` too), its parents, and what they import, transitively."""
     start = set(_with_parents(module))
     if module_file(f"{module}.__main__"):
         start.add(f"{module}.__main__")
@@ -128,14 +134,14 @@ def closure(module: str) -> tuple[Path, ...]:
         if name not in seen:
             seen.add(name)
             todo.extend(direct_imports(name) - seen)
-    return tuple(sorted(module_file(m) for m in seen))
+    return tuple(sorted(seen))
 
 
 @functools.cache
 def source_hash(module: str) -> str:
-    """sha256 (16 hex digits) over the relative paths and contents of `closure(module)`: it changes
-    when any file the stage runs changes, is added to or dropped from its imports."""
-    files = closure(module)
+    """sha256 (16 hex digits) over the names and code digests of `closure(module)`: it changes when
+    the code of any module the stage runs changes, or a module joins or leaves its imports."""
+    names = closure(module)
+    listing = "\n".join(f"{name} {parsed(name)['code']}" for name in names)
     _save_cache()
-    listing = "\n".join(f"{path.relative_to(ROOT).as_posix()} {_digest(path)}" for path in files)
     return hashlib.sha256(listing.encode()).hexdigest()[:16]

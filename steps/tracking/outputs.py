@@ -84,6 +84,6 @@ def set_aside(metrics_files: list[str], configured_uri: str | None) -> list[str]
         try:
             os.replace(path, aside)
         except OSError as exc:
-            raise OSError(f"{path}: {why}, and it cannot be moved aside ({exc.strerror}); remove it and rerun") from None
+            raise OSError(f"{path}: {why}, and cannot be moved aside ({exc.strerror}); remove it and rerun") from None
         lines.append(f"{path}: {why}; moved to {aside.name}, its job is redone")
     return lines
