@@ -67,23 +67,30 @@ def problem(metrics: Path, runs: set[str] | None, store: str) -> str | None:
     return None
 
 
-def set_aside(metrics_files: list[str], configured_uri: str | None) -> list[str]:
-    """Move every untrustworthy metrics.json among `metrics_files` to `<name>.broken`; one line per
-    file (what was wrong, where it went, that its job is redone). Raises BrokenStore when the local
-    store cannot be read, OSError naming the file when one cannot be moved."""
+def move_aside(path: Path, why: str) -> str:
+    """Rename `path` to `<name>.broken` (its bytes kept); the line that says so."""
+    aside = path.with_name(path.name + SUFFIX)
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        raise OSError(f"{path}: {why}, and cannot be moved aside ({exc.strerror}); remove it and rerun") from None
+    return f"{path}: {why}; moved to {aside.name}, its job is redone"
+
+
+def set_aside(metrics_files: list[str], configured_uri: str | None, final: str) -> list[str]:
+    """Move every untrustworthy metrics.json among `metrics_files` to `<name>.broken`, one line per
+    file (what was wrong, where it went). Snakemake reruns a job whose output is missing only when a
+    job that needs it runs, so `final` (the report's index, the DAG's target, built from those
+    results) goes aside too: the report reruns, and with it every job whose metrics.json it lacks.
+    Raises BrokenStore when the local store cannot be read, OSError naming a file that cannot move."""
     uri = tracking_uri(configured_uri)
     runs = store_runs(uri)
     store = uri.removeprefix("sqlite:///")
     lines = []
     for name in metrics_files:
-        path = Path(name)
-        why = problem(path, runs, store)
-        if why is None:
-            continue
-        aside = path.with_name(path.name + SUFFIX)
-        try:
-            os.replace(path, aside)
-        except OSError as exc:
-            raise OSError(f"{path}: {why}, and cannot be moved aside ({exc.strerror}); remove it and rerun") from None
-        lines.append(f"{path}: {why}; moved to {aside.name}, its job is redone")
+        why = problem(Path(name), runs, store)
+        if why is not None:
+            lines.append(move_aside(Path(name), why))
+    if lines and Path(final).exists():
+        lines.append(move_aside(Path(final), "built from the results above"))
     return lines

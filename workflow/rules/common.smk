@@ -98,11 +98,12 @@ def cell_threads(key):
 def set_aside_broken_results():
     """Before Snakemake plans: every selected job's metrics.json that cannot be trusted (unreadable,
     not JSON, no run id, or its run not in the local store) is moved aside with one line saying so,
-    and Snakemake redoes its job and what consumes it (steps/tracking/outputs.py)."""
+    and so is the report built from it: Snakemake redoes the job, what consumes it, and the report
+    (steps/tracking/outputs.py)."""
     files = [expand(getattr(rules, r.name).output.metrics, cell=cell)[0] for r in stage_rules()
              for cell in (cells(config, r.name) if r.name != "report" else ["main"])]
     try:
-        lines = set_aside(files, config["tracking"].get("uri"))
+        lines = set_aside(files, config["tracking"].get("uri"), rules.report.output.index)
     except (BrokenStore, OSError) as exc:
         raise WorkflowError(str(exc)) from None
     for line in lines:
