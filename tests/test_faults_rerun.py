@@ -18,6 +18,8 @@ from conftest import ROOT, SMOKE, clean_env, smoke_cells, snakemake, snakemake_c
 
 from steps.core.sources import CACHE
 
+pytestmark = pytest.mark.slow  # the session's smoke DAG, and a real Snakemake call per test
+
 PARAMS_CHANGED = "Params have changed since last execution"
 UPDATED_INPUT = "Input files updated by another job"  # what Snakemake says first for a consumer
 
