@@ -10,7 +10,8 @@ Imports are read with `ast`, never executed (the Snakefile must not load torch):
 (they run when called), and string constants that name a steps module exactly (`"steps.x.y"` or
 `"steps.x.y:Attr"`: modules a stage starts with `python -m` or loads from a registry). Importing a
 module runs its parent packages' `__init__.py`, and `python -m` on a package runs its `__main__.py`:
-both count. What a config names at run time (components' `extra_modules`) is tracked by the config.
+both count. A module only a config names (components' `extra_modules`) is not followed: a change
+of the name reruns (it is in the job's config), an edit of that module does not.
 """
 
 from __future__ import annotations
