@@ -129,7 +129,7 @@ def test_planning_imports_stay_light():
     torch, transformers or mlflow: each costs seconds on every snakemake call. Stage modules
     themselves import their libraries at the top."""
     code = (
-        "import sys, steps.config, steps.hub, steps.config.ladder; "
+        "import sys, steps.config, steps.hub, steps.config.ladder, steps.core.sources, steps.tracking.outputs; "
         "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'mlflow', 'jax') if m in sys.modules))"
     )
     out = subprocess.run(

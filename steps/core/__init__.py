@@ -7,6 +7,7 @@ cli.py      the job's command line: --cfg, --input/--output NAME=PATH
 job.py      the job's life: open the MLflow run (steps.tracking), seed once, call `run`, write metrics.json
 seeding.py  one seed for every RNG, torch's thread count
 device.py   the torch device from common.device
+sources.py  a hash of the code a stage runs (its Snakemake rule records it: an edit reruns the stage)
 
 The dependency goes one way: core.job opens the job's MLflow run with steps.tracking (MLflow only)
 and hands it to StageRun; nothing in steps.tracking imports core.

@@ -9,17 +9,30 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
+from steps.core.errors import InputError
 from steps.core.stage import Presentation
 from steps.tables import fmt
+
+
+def read_record(path: Path) -> dict:
+    """A job's metrics.json or failed.json; one that cannot be read stops the report with one line
+    naming it (never a report built from a broken file; a plain rerun redoes its job)."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable or not valid JSON ({exc}); rerun `snakemake` to redo its job") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: not a JSON object; rerun `snakemake` to redo its job")
+    return record
 
 
 def load_cell(metrics: Path, stage: str, cell: str) -> dict:
     """metrics.json of a cell, or a record explaining why there is none."""
     if metrics.exists():
-        return json.loads(metrics.read_text())
+        return read_record(metrics)
     failed = metrics.with_name("failed.json")
     if failed.exists():
-        rec = json.loads(failed.read_text())
+        rec = read_record(failed)
         return {**rec, "status": "failed", "reason": rec.get("error", "failed")}
     return {
         "stage": stage,

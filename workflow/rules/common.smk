@@ -14,6 +14,9 @@ import os
 import shlex
 import subprocess
 
+from steps.core.sources import source_hash
+from steps.tracking.outputs import BrokenStore, set_aside
+
 # Every stage rule runs its module the same way; outputs land beside its metrics.json.
 STAGE_SHELL = "python -m steps.{params.stage} {params.io} --cfg {params.cfg:q} > {log} 2>&1"
 
@@ -23,16 +26,20 @@ LAB_ENV = str(ROOT / "environment.yml")
 
 def stage_params(module, cfg=None):
     """params of the stage rule that runs `python -m <module>`; `stage` (the module's stage name),
-    `cfg` (the job's resolved cell config as JSON, `cfg(stage, wildcards, input, output)`, default
-    job_config: a change reruns the job) and `io` (its input/output as arguments). The module is
-    found, not imported (importing every stage would load torch into each Snakemake call)."""
+    `cfg` (the job's resolved cell config as JSON, `cfg(stage, wildcards)`, default job_config),
+    `code` (a hash of the module and every steps module it imports, steps/core/sources.py) and `io`
+    (its input/output as arguments). `cfg` and `code` are functions of the wildcards alone, so
+    Snakemake records them and its params trigger reruns the job when either changes (configs/
+    README.md, "When a job reruns"); `io` needs the job's paths, which the input trigger tracks. The
+    module is found, not imported (importing every stage would load torch into each Snakemake call)."""
     stage = module.removeprefix("steps.")
     if stage == module or importlib.util.find_spec(module) is None:
         raise WorkflowError(f"a stage rule runs `python -m {module}`, and there is no such module; "
                             "name a stage module, steps.<stage> (steps/<stage>.py or steps/<stage>/)")
     cfg = cfg or job_config
     return {"stage": stage,
-            "cfg": lambda wildcards, input, output: cfg(stage, wildcards, input, output),
+            "cfg": lambda wildcards: cfg(stage, wildcards),
+            "code": lambda wildcards: source_hash(module),
             "io": lambda wildcards, input, output: stage_io(input, output)}
 
 
@@ -41,7 +48,7 @@ def stage_rules():
     return [r for r in workflow.rules if hasattr(r.params, "stage")]
 
 
-def job_config(stage, wildcards, input, output):
+def job_config(stage, wildcards):
     """The job's resolved cell config, plus the cell's own overrides of its stage's section (what
     the cell is: its MLflow run's note, steps/tracking/describe.py)."""
     cell = getattr(wildcards, "cell", "main")
@@ -86,6 +93,21 @@ def cell_threads(key):
     def threads(wildcards, rulename):
         return cell_params(rulename, wildcards)[key] or config["threads"]
     return threads
+
+
+def set_aside_broken_results():
+    """Before Snakemake plans: every selected job's metrics.json that cannot be trusted (unreadable,
+    not JSON, no run id, or its run not in the local store) is moved aside with one line saying so,
+    and so is the report built from it: Snakemake redoes the job, what consumes it, and the report
+    (steps/tracking/outputs.py)."""
+    files = [expand(getattr(rules, r.name).output.metrics, cell=cell)[0] for r in stage_rules()
+             for cell in (cells(config, r.name) if r.name != "report" else ["main"])]
+    try:
+        lines = set_aside(files, config["tracking"].get("uri"), rules.report.output.index)
+    except (BrokenStore, OSError) as exc:
+        raise WorkflowError(str(exc)) from None
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 LAB_RUN_ENV = "N00BGPT_LAB_RUN"  # = steps.tracking.mlflow_run.LAB_RUN_ENV

@@ -13,7 +13,7 @@ rule report:
         metrics="results/reports/metrics.json",
     params:
         # Its config: the report section, and the cells of every stage it tabulates (in DAG order).
-        **stage_params("steps.report", cfg=lambda stage, wildcards, input, output: json.dumps({
+        **stage_params("steps.report", cfg=lambda stage, wildcards: json.dumps({
             "stage": stage, "cell": "main",
             "common": cell_config(config, stage, "main")["common"],
             "params": {**config.get(stage, {}),

@@ -11,8 +11,8 @@ rule scale:
     output: metrics="results/scale/{cell}/metrics.json"
     params:
         # ... and their resolved plans part of its config.
-        **stage_params("steps.scale", cfg=lambda stage, wildcards, input, output: json.dumps(
-            (cfg := json.loads(job_config(stage, wildcards, input, output)))
+        **stage_params("steps.scale", cfg=lambda stage, wildcards: json.dumps(
+            (cfg := json.loads(job_config(stage, wildcards)))
             | {"params": cfg["params"] | {"sharding_plans": {c: cell_config(config, "sharding", c)["params"]
                                                              for c in cfg["params"].get("measured") or []}}},
             sort_keys=True)),

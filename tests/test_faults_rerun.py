@@ -1,0 +1,177 @@
+"""A finished DAG plus one change plans exactly the jobs the change touches, and a broken result is
+redone, never trusted (issue 33, items 1 and 3; configs/README.md, "When a job reruns").
+
+Real `snakemake` dry runs (`-n`) on a copy of the session's finished smoke DAG: the copy's files are
+hard links (cheap; every change here replaces a file or moves it, never writes into one), its
+`.snakemake/` a real copy. What each dry run plans is read from its job blocks (rule, cell, reason)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SMOKE, clean_env, smoke_cells, snakemake, snakemake_cmd
+
+from steps.core.sources import CACHE
+
+pytestmark = pytest.mark.slow  # the session's smoke DAG, and a real Snakemake call per test
+
+PARAMS_CHANGED = "Params have changed since last execution"
+UPDATED_INPUT = "Input files updated by another job"  # what Snakemake says first for a consumer
+
+
+def copy_dag(src: Path, dst: Path) -> Path:
+    """A copy of a finished DAG's folder: results hard-linked (same mtimes), .snakemake/ copied."""
+
+    def link(s: str, d: str) -> None:
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=link, ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.copytree(src / ".snakemake", dst / ".snakemake", symlinks=True, ignore=shutil.ignore_patterns("locks"))
+    return dst
+
+
+def planned(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    """{"<rule>/<cell>": reason} of the jobs a dry run plans (`all` left out); {} for "Nothing to be done"."""
+    parts = re.split(r"^\s*(?:local)?rule (\w+):$", proc.stdout + proc.stderr, flags=re.M)
+    jobs = {}
+    for rule, block in zip(parts[1::2], parts[2::2]):
+        cell = re.search(r"^\s*wildcards: cell=([^,\s]+)", block, flags=re.M)
+        reason = re.search(r"^\s*reason: (.*)$", block, flags=re.M)
+        if rule != "all":
+            jobs[f"{rule}/{cell[1] if cell else 'main'}"] = reason[1] if reason else ""
+    return jobs
+
+
+def dry_run(workdir: Path, *args: str, snakefile: Path | None = None) -> dict[str, str]:
+    """The jobs `snakemake -n` plans in `workdir` (the project's Snakefile, or a copy's)."""
+    if snakefile is None:
+        proc = snakemake(workdir, "-n", *args, timeout=300)
+    else:
+        cmd = snakemake_cmd(workdir, "-n", *args)
+        cmd[cmd.index("-s") + 1] = str(snakefile)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=clean_env())
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    return planned(proc)
+
+
+def every_job() -> set[str]:
+    """Every job of the smoke DAG, "<rule>/<cell>", the report included."""
+    return {f"{stage}/{cell}" for stage, cells in smoke_cells().items() for cell in cells} | {"report/main"}
+
+
+@pytest.fixture
+def finished(smoke_dag, tmp_path) -> Path:
+    """A private copy of the finished smoke DAG."""
+    return copy_dag(smoke_dag, tmp_path / "dag")
+
+
+def overlay(tmp_path: Path, text: str) -> tuple[str, ...]:
+    """`--configfile smoke.yaml <a YAML file with text>`: a change on top of the smoke config."""
+    extra = tmp_path / "change.yaml"
+    extra.write_text(text)
+    return ("--configfile", str(SMOKE), str(extra))
+
+
+def test_unchanged_plans_nothing(finished):
+    """Nothing in a job's recorded params varies between calls (another folder, run id, order)."""
+    assert dry_run(finished) == {}
+
+
+def test_seed_reruns_every_job_for_its_params_and_opt_out(finished):
+    jobs = dry_run(finished, "--config", "seed=7")
+    assert set(jobs) == every_job()
+    assert all(reason.startswith((PARAMS_CHANGED, UPDATED_INPUT)) for reason in jobs.values()), jobs
+    assert all(
+        jobs[j].startswith(PARAMS_CHANGED) for j in ("prepare_corpus/main", "prepare_mcq/main", "components/main")
+    )
+    assert dry_run(finished, "--config", "seed=7", "--rerun-triggers", "mtime", "input") == {}
+
+
+def test_a_stage_knob_reruns_that_stage_and_the_report(finished, tmp_path):
+    jobs = dry_run(finished, *overlay(tmp_path, "word2vec: {window: 3}\n"))
+    w2v = {f"word2vec/{c}" for c in smoke_cells()["word2vec"]}
+    assert set(jobs) == w2v | {"report/main"}
+    assert all(jobs[j].startswith(PARAMS_CHANGED) for j in w2v), jobs
+
+
+def test_one_cells_knob_reruns_that_cell_and_the_report(finished, tmp_path):
+    jobs = dry_run(finished, *overlay(tmp_path, "word2vec: {cells: {gensim: {seeds: 2}}}\n"))
+    assert set(jobs) == {"word2vec/gensim", "report/main"}
+    assert jobs["word2vec/gensim"].startswith(PARAMS_CHANGED), jobs
+
+
+def append(path: Path, text: str) -> None:
+    """Add a line to a file of the copied checkout."""
+    path.write_text(path.read_text() + text)
+
+
+def test_a_source_edit_reruns_the_stages_that_import_it(finished, tmp_path):
+    """On a copy of the checkout (the project's files are never edited): a comment changes nothing;
+    code in steps/word2vec/train.py reruns word2vec alone; code in steps/models/gpt.py reruns the
+    GPT stages that import it, not word2vec or the data stages."""
+    tree = tmp_path / "tree"
+    for part in ("steps", "workflow", "configs"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", ".snakemake"))
+    if CACHE.exists():  # the parsed modules, keyed by their bytes: the copy's parse stays warm
+        (tree / ".snakemake").mkdir()
+        shutil.copy2(CACHE, tree / CACHE.relative_to(ROOT))
+    snakefile = tree / "workflow" / "Snakefile"
+    train, gpt = tree / "steps/word2vec/train.py", tree / "steps/models/gpt.py"
+    append(train, "\n# a comment\n")
+    assert dry_run(finished, snakefile=snakefile) == {}
+    append(train, "EDITED = True\n")
+    jobs = dry_run(finished, snakefile=snakefile)
+    assert set(jobs) == {f"word2vec/{c}" for c in smoke_cells()["word2vec"]} | {"report/main"}
+    assert jobs["word2vec/gensim"].startswith(PARAMS_CHANGED), jobs
+    shutil.copy2(ROOT / "steps/word2vec/train.py", train)
+    append(gpt, "EDITED = True\n")
+    rerun = {job.partition("/")[0] for job in dry_run(finished, snakefile=snakefile)}
+    assert {"gpt_train", "gpt_parity", "report"} <= rerun
+    assert not rerun & {"word2vec", "prepare_corpus", "train_tokenizer", "prepare_mcq"}, rerun
+
+
+def test_a_truncated_metrics_json_is_moved_aside_and_redone(finished):
+    metrics = finished / "results" / "word2vec" / "gensim" / "metrics.json"
+    text = metrics.read_text()
+    metrics.unlink()  # a new file: the session's DAG shares the old one's inode
+    metrics.write_text(text[: len(text) // 2])
+    proc = snakemake(finished, "-n", timeout=300)
+    assert "results/word2vec/gensim/metrics.json: not valid JSON" in proc.stderr
+    assert set(planned(proc)) == {"word2vec/gensim", "report/main"}
+    assert (metrics.parent / "metrics.json.broken").read_text() == text[: len(text) // 2]
+
+
+def test_a_metrics_json_without_its_run_is_redone(finished):
+    metrics = finished / "results" / "prepare_mcq" / "main" / "metrics.json"
+    text = re.sub(r'"run_id": "\w+"', '"run_id": null', metrics.read_text())
+    metrics.unlink()
+    metrics.write_text(text)
+    jobs = dry_run(finished)
+    assert "prepare_mcq/main" in jobs and "mcq_finetune/finetuned_context" in jobs
+    assert not {j for j in jobs if j.startswith(("word2vec/", "sharding/", "scale/"))}
+
+
+def test_a_deleted_store_redoes_every_job(finished):
+    (finished / "results" / "mlflow.db").unlink()
+    proc = snakemake(finished, "-n", timeout=300)
+    assert "is not in the store" in proc.stderr
+    assert set(planned(proc)) == every_job()
+
+
+def test_the_report_names_an_unreadable_record_in_one_line(tmp_path):
+    from steps.core.errors import InputError
+    from steps.report.gather import load_cell
+
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text('{"stage": "perf", "metr')
+    with pytest.raises(InputError) as err:
+        load_cell(metrics, "perf", "baseline")
+    assert str(metrics) in str(err.value) and "\n" not in str(err.value)
