@@ -108,7 +108,8 @@ def run_ops(ctx: StageRun, p: MinitorchConfig, backend: str) -> dict:
 def load_tokens(ctx: StageRun, g: MinitorchGpt):
     from steps.gpt_train import load_data
 
-    return load_data(g.block_size, g.max_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"])
+    knobs = ("minitorch.gpt.block_size", "minitorch.gpt.max_tokens")
+    return load_data(g.block_size, g.max_tokens, ctx.seed, ctx.inputs["corpus"], ctx.inputs["tokenizer"], knobs)
 
 
 def torch_gpt(ctx: StageRun, g: MinitorchGpt, vocab_size: int):
