@@ -7,6 +7,7 @@ see plain dialogue: "SPEAKER:" lines, stage directions as plain sentences.
 
 from __future__ import annotations
 
+import encodings
 import glob
 import gzip
 import re
@@ -111,6 +112,9 @@ def hub_documents(spec: str, text_column: str) -> list[dict]:
     return docs
 
 
+ENCODING_EXAMPLE = """--config 'prepare_corpus={"encoding": "latin-1"}'"""
+
+
 def read_text(path: str, encoding: str = "utf-8") -> str:
     """A local text file decoded as the user says (prepare_corpus.encoding); `.gz` is gunzipped
     first. Never replaces undecodable bytes: U+FFFD in the corpus would train the tokenizer and
@@ -123,20 +127,26 @@ def read_text(path: str, encoding: str = "utf-8") -> str:
         ) from None
     try:
         return raw.decode(encoding)
-    except LookupError:
-        raise InputError(
-            f"prepare_corpus.encoding {encoding!r} is not a known text encoding; use a Python codec name "
-            "such as utf-8, latin-1 or cp1252"
-        ) from None
     except UnicodeDecodeError as exc:
         where = "of the decompressed text " if path.endswith(".gz") else ""
         raise InputError(
             f"{path}: byte {exc.start} {where}(0x{raw[exc.start]:02x}) is not valid {encoding}; "
-            f'set the file\'s encoding, e.g. --config \'prepare_corpus={{"encoding": "latin-1"}}\''
+            f"set prepare_corpus.encoding to the file's encoding, e.g. {ENCODING_EXAMPLE}"
         ) from None
 
 
+def check_encoding(encoding: str) -> None:
+    """The name must be one of Python's own codecs (`encodings`): codecs.lookup alone accepts any
+    name once a package registers a catch-all codec search (future_typing's does)."""
+    if encodings.search_function(encoding.lower()) is None:  # as codecs.lookup asks it
+        raise InputError(
+            f"prepare_corpus.encoding {encoding!r} is not a known text encoding; use a Python codec name "
+            "such as utf-8, latin-1 or cp1252"
+        )
+
+
 def file_documents(pattern: str, encoding: str = "utf-8") -> list[dict]:
+    check_encoding(encoding)
     files = sorted(glob.glob(pattern, recursive=True))
     if not files:
         raise InputError(
