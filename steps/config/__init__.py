@@ -104,10 +104,14 @@ def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
         )
 
 
-def validate_config(config: dict, where: str = "merged config") -> dict:
-    """Fill defaults and validate; then validate every matrix cell merged onto its stage."""
+def validate_config(config: dict, where: str = "merged config", command_line: dict | None = None) -> dict:
+    """Fill defaults and validate; then validate every matrix cell merged onto its stage.
+    `command_line`: the `--config` values as Snakemake parsed them (nested scalars all strings),
+    typed by the schema (steps/config/coerce.py) and laid over `config`, which holds them untyped."""
     schema = load_schema()
     cfg = coerce_scalars(copy.deepcopy(config), schema)
+    if command_line:
+        cfg = deep_merge(cfg, coerce_scalars(command_line, schema, every_type=True))
     _validate(cfg, schema, where, fill=True)
     if isinstance(cfg.get("perf"), dict):
         cfg["perf"] = expand_ladder(cfg["perf"])
