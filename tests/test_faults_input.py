@@ -135,6 +135,16 @@ def test_a_corpus_shorter_than_the_block_size_names_its_tokens_and_the_knobs(tmp
     assert "\n" not in message
 
 
+def test_a_corpus_without_a_word_min_count_times_names_the_word2vec_knobs():
+    from steps.word2vec.corpus import vocabulary
+
+    with pytest.raises(InputError) as err:
+        vocabulary([["the", "king", "speaks"], ["the", "queen"]], 5, "results/data/corpus")
+    message = str(err.value)
+    assert message.startswith("results/data/corpus: 5 words, no word occurs min_count=5 times")
+    assert "word2vec.min_count" in message and "\n" not in message
+
+
 # ---- a read-only store --------------------------------------------------------------------------
 def read_only(path: Path, cmd: list[str]) -> list[str]:
     """`cmd` run where `path` cannot be written, as a user makes it so: `chmod a-w`. Root writes
