@@ -4,6 +4,8 @@ The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each
 keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
 keys and wrong types *before any job starts*, and names the key and the expected type.
 `perf.ladder` expands into perf cells here (`steps/config/ladder.py`), before validation of the cells.
+Strings a reader left untyped (YAML's `1e-4`, a nested `--config`'s values) are typed by the schema
+first (`steps/config/coerce.py`); every `select` and cell reference must name a declared cell.
 """
 
 from __future__ import annotations
