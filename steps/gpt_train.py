@@ -52,7 +52,24 @@ def tokenize_split(tok, texts, max_tokens: int | None) -> "np.ndarray":
     return stream[:max_tokens] if max_tokens else stream
 
 
-def load_data(block_size: int, max_tokens: int | None, seed, corpus: str, tokenizer: str):
+GPT_TRAIN_KNOBS = ("gpt_train.model.block_size", "gpt_train.max_train_tokens")
+
+
+def check_long_enough(tokens: np.ndarray, block_size: int, corpus: str, split: str, knobs: tuple[str, str]) -> None:
+    """A window needs block_size + 1 tokens (inputs and their next-token labels): a shorter split
+    stops the job with the numbers and the knobs to change, not TokenWindows' bare ValueError."""
+    if len(tokens) <= block_size:
+        block_knob, cap_knob = knobs
+        raise InputError(
+            f"{corpus}: the {split} split has {len(tokens)} tokens, not more than the block size {block_size}; "
+            f"lower {block_knob}, raise {cap_knob} if it caps the split, or give prepare_corpus more text "
+            "(prepare_corpus.source, max_documents, val_fraction)"
+        )
+
+
+def load_data(
+    block_size: int, max_tokens: int | None, seed, corpus: str, tokenizer: str, knobs: tuple[str, str] = GPT_TRAIN_KNOBS
+):
     for d in (corpus, tokenizer):
         if not Path(d).exists():
             raise InputError(f"{d} does not exist; fix: run `snakemake --cores 2 {d}` (data.smk) first")
@@ -66,6 +83,8 @@ def load_data(block_size: int, max_tokens: int | None, seed, corpus: str, tokeni
             )
     train = tokenize_split(tok, dd["train"]["text"], max_tokens)
     val = tokenize_split(tok, dd["validation"]["text"], max_tokens)
+    check_long_enough(train, block_size, corpus, "train", knobs)
+    check_long_enough(val, block_size, corpus, "validation", knobs)
     return tok, TokenWindows(train, block_size, seed), TokenWindows(val, block_size, seed + 1)
 
 

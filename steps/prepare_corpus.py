@@ -31,7 +31,7 @@ def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[st
 
 def run(ctx: StageRun) -> dict:
     p = PrepareCorpusConfig.of(ctx.params)
-    docs = [d for d in load_documents(p.source, p.unit, p.text_column) if len(d["text"]) >= p.min_chars]
+    docs = [d for d in load_documents(p.source, p.unit, p.text_column, p.encoding) if len(d["text"]) >= p.min_chars]
     if p.max_documents:
         docs = docs[: p.max_documents]
     splits = split_documents(docs, p.val_fraction, ctx.seed)

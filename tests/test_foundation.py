@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from steps.config import CONFIG_DIR, ConfigError, cell_config, cells, load_config, validate_config
-from tests.conftest import clean_env, mlflow_runs, run_stage, snakemake
+from tests.conftest import clean_env, mlflow_runs, run_stage, snakemake, stage_params
 
 
 # ---- config ----------------------------------------------------------------------------------
@@ -160,14 +160,7 @@ def _digest(folder: Path) -> str:
 
 
 def test_prepare_corpus_is_deterministic_by_seed(tmp_path):
-    params = {
-        "source": "builtin:shakespeare",
-        "unit": "scene",
-        "text_column": "text",
-        "val_fraction": 0.1,
-        "max_documents": 30,
-        "min_chars": 1,
-    }
+    params = stage_params("prepare_corpus", val_fraction=0.1, max_documents=30)
     digests = []
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         work = tmp_path / name
@@ -183,14 +176,7 @@ def test_prepare_corpus_is_deterministic_by_seed(tmp_path):
 
 
 def test_bad_corpus_source_is_one_clear_error(tmp_path):
-    params = {
-        "source": str(tmp_path / "nothing/*.txt"),
-        "unit": "scene",
-        "text_column": "text",
-        "val_fraction": 0.1,
-        "max_documents": 0,
-        "min_chars": 1,
-    }
+    params = stage_params("prepare_corpus", source=str(tmp_path / "nothing/*.txt"), val_fraction=0.1)
     proc = run_stage(tmp_path, "prepare_corpus", params, check=False)
     assert proc.returncode == 1
     assert "matches no files" in proc.stderr and "Traceback" not in proc.stderr

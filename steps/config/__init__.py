@@ -4,6 +4,8 @@ The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each
 keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
 keys and wrong types *before any job starts*, and names the key and the expected type.
 `perf.ladder` expands into perf cells here (`steps/config/ladder.py`), before validation of the cells.
+Strings a reader left untyped (YAML's `1e-4`, a nested `--config`'s values) are typed by the schema
+first (`steps/config/coerce.py`); every `select` and cell reference must name a declared cell.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import yaml
 from jsonschema import Draft7Validator, validators
 
 from steps.config.base import ConfigError, deep_merge
+from steps.config.coerce import coerce_scalars
 from steps.config.ladder import expand_ladder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +30,9 @@ CONFIG_DIR = ROOT / "configs"
 
 # Keys that describe a stage's matrix, not one job: never part of a cell's resolved config.
 MATRIX_KEYS = ("cells", "select", "ladder")
+# Keys whose value names cells of a stage ({stage: {key: the stage whose cells it names}}): the DAG
+# plans those cells' jobs as inputs (rules/perf.smk, rules/scale.smk).
+CELL_REFERENCES = {"perf": {"baseline_cell": "perf"}, "scale": {"measured": "sharding"}}
 # Keys renamed since: the error names the new key and how its values map.
 RENAMED = {
     "gpt_train.dtype": "renamed to gpt_train.amp, the precision's name in every stage "
@@ -89,35 +95,6 @@ def _describe(error) -> str:
     return f"config key '{key}': {error.message}"
 
 
-def _is_number_schema(schema: dict) -> bool:
-    t = schema.get("type")
-    return t == "number" or (isinstance(t, list) and "number" in t)
-
-
-def coerce_numbers(instance, schema: dict):
-    """YAML 1.1 reads `1e-4` (no dot) as a string; where the schema says number, take it as one.
-    Cell overrides are coerced with their stage's property schemas."""
-    if isinstance(instance, str) and _is_number_schema(schema):
-        try:
-            return float(instance)
-        except ValueError:
-            return instance
-    if isinstance(instance, dict):
-        props = schema.get("properties", {})
-        out = {}
-        for k, v in instance.items():
-            if k == "cells" and isinstance(v, dict):
-                out[k] = {c: coerce_numbers(o, schema) if isinstance(o, dict) else o for c, o in v.items()}
-            elif k in props:
-                out[k] = coerce_numbers(v, props[k])
-            else:
-                out[k] = v
-        return out
-    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        return [coerce_numbers(v, schema["items"]) for v in instance]
-    return instance
-
-
 def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
     cls = _FillingValidator if fill else Draft7Validator
     errors = sorted(cls(schema).iter_errors(instance), key=lambda e: list(e.absolute_path))
@@ -129,10 +106,14 @@ def _validate(instance: dict, schema: dict, where: str, fill: bool) -> None:
         )
 
 
-def validate_config(config: dict, where: str = "merged config") -> dict:
-    """Fill defaults and validate; then validate every matrix cell merged onto its stage."""
+def validate_config(config: dict, where: str = "merged config", command_line: dict | None = None) -> dict:
+    """Fill defaults and validate; then validate every matrix cell merged onto its stage.
+    `command_line`: the `--config` values as Snakemake parsed them (nested scalars all strings),
+    typed by the schema (steps/config/coerce.py) and laid over `config`, which holds them untyped."""
     schema = load_schema()
-    cfg = coerce_numbers(copy.deepcopy(config), schema)
+    cfg = coerce_scalars(copy.deepcopy(config), schema)
+    if command_line:
+        cfg = deep_merge(cfg, coerce_scalars(command_line, schema, every_type=True))
     _validate(cfg, schema, where, fill=True)
     if isinstance(cfg.get("perf"), dict):
         cfg["perf"] = expand_ladder(cfg["perf"])
@@ -145,6 +126,7 @@ def validate_config(config: dict, where: str = "merged config") -> dict:
         for cell, over in section["cells"].items():
             merged = deep_merge({k: v for k, v in section.items() if k not in MATRIX_KEYS}, over or {})
             _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=False)
+    check_cell_names(cfg)
     return cfg
 
 
@@ -171,8 +153,31 @@ def cells(config: dict, stage: str) -> list[str]:
     select = config.get(stage, {}).get("select") or []
     unknown = [c for c in select if c not in declared]
     if unknown:
-        raise ConfigError(f"config key '{stage}.select' names unknown cells {unknown}; declared: {declared}")
+        raise ConfigError(
+            f"config key '{stage}.select' names unknown cells {unknown}; declared: {declared}. "
+            f"Fix: select declared cells, or declare them under {stage}.cells"
+        )
     return [c for c in declared if not select or c in select]
+
+
+def check_cell_names(config: dict) -> None:
+    """Every cell the DAG plans must be declared. Checked with the config, before any job: an
+    unknown `select` entry or a cell reference (CELL_REFERENCES) otherwise surfaces in the middle of
+    planning, as Snakemake's InputFunctionException with a traceback."""
+    for stage, section in config.items():
+        if not isinstance(section, dict) or "cells" not in section:
+            continue
+        planned = cells(config, stage)
+        for key, target in CELL_REFERENCES.get(stage, {}).items():
+            declared = declared_cells(config, target)
+            for cell in planned:
+                value = cell_config(config, stage, cell)["params"].get(key)
+                unknown = [n for n in ([value] if isinstance(value, str) else value or []) if n not in declared]
+                if unknown:
+                    raise ConfigError(
+                        f"config key '{stage}.{key}' of cell {cell!r} names unknown {target} cells {unknown}; "
+                        f"declared: {declared}. Fix: name declared cells, or declare them under {target}.cells"
+                    )
 
 
 def cell_config(config: dict, stage: str, cell: str) -> dict:

@@ -17,6 +17,7 @@ class PrepareCorpusConfig(Section):
     source: str  # builtin:shakespeare | hf:<path>[:<name>] | a glob of local text/markdown files
     unit: Literal["scene", "play"]  # builtin:shakespeare document granularity
     text_column: str  # column holding text in hf: sources
+    encoding: str  # how local files (and .gz files, gunzipped) are decoded; a wrong one stops the job
     val_fraction: float
     max_documents: int  # 0 = all documents
     min_chars: int  # drop shorter documents

@@ -7,7 +7,9 @@ see plain dialogue: "SPEAKER:" lines, stage directions as plain sentences.
 
 from __future__ import annotations
 
+import encodings
 import glob
+import gzip
 import re
 from importlib import metadata
 from pathlib import Path
@@ -110,7 +112,41 @@ def hub_documents(spec: str, text_column: str) -> list[dict]:
     return docs
 
 
-def file_documents(pattern: str) -> list[dict]:
+ENCODING_EXAMPLE = """--config 'prepare_corpus={"encoding": "latin-1"}'"""
+
+
+def read_text(path: str, encoding: str = "utf-8") -> str:
+    """A local text file decoded as the user says (prepare_corpus.encoding); `.gz` is gunzipped
+    first. Never replaces undecodable bytes: U+FFFD in the corpus would train the tokenizer and
+    every model on garbage without a word said, so a wrong encoding stops here instead."""
+    try:
+        raw = gzip.decompress(Path(path).read_bytes()) if path.endswith(".gz") else Path(path).read_bytes()
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError; a cut-off .gz an EOFError
+        raise InputError(
+            f"{path}: cannot read it ({exc}); fix or remove the file, or narrow prepare_corpus.source"
+        ) from None
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        where = "of the decompressed text " if path.endswith(".gz") else ""
+        raise InputError(
+            f"{path}: byte {exc.start} {where}(0x{raw[exc.start]:02x}) is not valid {encoding}; "
+            f"set prepare_corpus.encoding to the file's encoding, e.g. {ENCODING_EXAMPLE}"
+        ) from None
+
+
+def check_encoding(encoding: str) -> None:
+    """The name must be one of Python's own codecs (`encodings`): codecs.lookup alone accepts any
+    name once a package registers a catch-all codec search (future_typing's does)."""
+    if encodings.search_function(encoding.lower()) is None:  # as codecs.lookup asks it
+        raise InputError(
+            f"prepare_corpus.encoding {encoding!r} is not a known text encoding; use a Python codec name "
+            "such as utf-8, latin-1 or cp1252"
+        )
+
+
+def file_documents(pattern: str, encoding: str = "utf-8") -> list[dict]:
+    check_encoding(encoding)
     files = sorted(glob.glob(pattern, recursive=True))
     if not files:
         raise InputError(
@@ -119,17 +155,18 @@ def file_documents(pattern: str) -> list[dict]:
         )
     docs = []
     for f in files:
-        text = Path(f).read_text(encoding="utf-8", errors="replace")
-        text = strip_markdown(text) if f.endswith(".md") else text.strip()
-        docs.append({"text": text, "source": f, "title": Path(f).stem})
+        text = read_text(f, encoding)
+        name = f.removesuffix(".gz")
+        text = strip_markdown(text) if name.endswith(".md") else text.strip()
+        docs.append({"text": text, "source": f, "title": Path(name).stem})
     return docs
 
 
-def load_documents(source: str, unit: str = "scene", text_column: str = "text") -> list[dict]:
+def load_documents(source: str, unit: str = "scene", text_column: str = "text", encoding: str = "utf-8") -> list[dict]:
     if source == "builtin:shakespeare":
         return shakespeare_documents(unit)
     if source.startswith("builtin:"):
         raise InputError(f"unknown builtin corpus {source!r}; available: builtin:shakespeare")
     if source.startswith("hf:"):
         return hub_documents(source, text_column)
-    return file_documents(source)
+    return file_documents(source, encoding)

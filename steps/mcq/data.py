@@ -52,6 +52,8 @@ def read_csv(path: str | Path, require_answer: bool = True) -> pd.DataFrame:
         raise InputError(f"{path}: file not found; {FIX}")
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:  # a 0-byte file: pandas' own message names no file
+        raise InputError(f"{path}: empty file (0 bytes, not even a header row); {FIX}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(f"{path} row ? column ?: not a readable CSV ({exc}); {FIX}") from None
     if len(df) == 0:

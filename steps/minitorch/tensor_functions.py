@@ -24,13 +24,14 @@ class Context:
 class Function:
     @classmethod
     def apply(cls, *inputs, **kwargs):
-        from .tensor import Tensor
-
+        """The op on Tensors: its output is made by the inputs' own class (tensor.py's Tensor, whose
+        methods call `apply`), so this module never imports tensor.py, which imports it."""
         backend = inputs[0].backend
         ctx = Context(backend)
         data = cls.forward(ctx, *(t.data for t in inputs), **kwargs)
         needs_grad = any(t.requires_grad for t in inputs)
-        return Tensor(data, backend, history=(cls, ctx, inputs) if needs_grad else None, requires_grad=needs_grad)
+        make = type(inputs[0])
+        return make(data, backend, history=(cls, ctx, inputs) if needs_grad else None, requires_grad=needs_grad)
 
 
 def sum_to(backend, grad: TensorData, shape) -> TensorData:

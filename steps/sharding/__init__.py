@@ -4,6 +4,7 @@ The stage is this package: `python -m steps.sharding` (__main__.py) runs stage.p
 is parallel training, from scratch and native, torch and JAX, one concern a file.
 
 stage.py      the stage: a cell's plan launched (launch.py), its ranks' records summarized and logged
+summary.py    a cell's metrics from its ranks' records (the stage's and a node launcher's)
 plan.py       the plan vocabulary (mesh AXES, PlanError, MeshPlan) and a cell's descriptive Plan
               (mesh, strategy, schedule, model), the sharding section's dataclass; no torch/jax. The
               scale stage's ScalePlan builds on it. plan_sections.py: its mlp, launch and fault

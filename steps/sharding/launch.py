@@ -245,7 +245,7 @@ def main(argv=None) -> None:
     except LaunchError as exc:
         sys.exit(f"launch failed: {exc}")
     if ranks:
-        from steps.sharding.stage import summarize
+        from steps.sharding.summary import summarize
 
         print(json.dumps({k: v for k, v in summarize(plan, ranks).items() if isinstance(v, (int, float, str))}))
 

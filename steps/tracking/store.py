@@ -129,9 +129,38 @@ def experiment_id(c, stage: str, uri: str, description: str = "") -> str:
             return retrying(c.get_experiment_by_name, name).experiment_id
 
 
+class StoreNotWritable(SystemExit):
+    """A local store this process cannot write. A SystemExit, so `python -m steps.tracking.lab
+    start` (the Snakefile's onstart) and a job (steps.core.job) print its one line, no traceback."""
+
+
+def check_writable(uri: str) -> None:
+    """Stop on a local SQLite store that cannot be written (a read-only results/, mlflow.db, lock
+    file or file system), naming the path and the fix. Found otherwise deep in a traceback: an
+    OSError on the lock file, or SQLite's "attempt to write a readonly database" at the first run.
+    SQLite writes its journal beside the database, so the folder must be writable too."""
+    if not _is_local_sqlite(uri):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    folder = next(p for p in (db.parent, *db.parent.parents) if p.exists())  # where mkdir would start
+    for path in (folder, db, db.with_suffix(".lock")):
+        if path.exists() and not os.access(path, os.W_OK):
+            read_only_fs = os.statvfs(path).f_flag & os.ST_RDONLY
+            why, fix = (
+                ("is on a read-only file system", f"remount {folder} read-write")
+                if read_only_fs
+                else ("is not writable by this user", f"chmod -R u+w {folder}")
+            )
+            raise StoreNotWritable(
+                f"{path} {why}, so the MLflow store {db} cannot be written; fix: {fix}, "
+                'or set tracking.uri to a writable store (e.g. --config \'tracking={"uri": "sqlite:////tmp/mlflow.db"}\')'
+            )
+
+
 def init(uri: str | None = None) -> str:
     """Create the store before jobs fan out (called from the Snakefile's onstart)."""
     uri = tracking_uri(uri)
+    check_writable(uri)
     if _is_local_sqlite(uri):
         paths.RESULTS.mkdir(parents=True, exist_ok=True)
     client(uri)

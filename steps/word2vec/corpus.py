@@ -55,6 +55,19 @@ class Corpus:
     metrics: dict
 
 
+def vocabulary(sents: list[list[str]], min_count: int, path: str) -> Vocab:
+    """Vocab.build, whose "corpus too small" (no word min_count times) stops the job in one line
+    naming the corpus, the numbers and the knobs to change, not as a bare ValueError."""
+    words = sum(len(s) for s in sents)
+    try:
+        return Vocab.build(sents, min_count)
+    except ValueError as exc:
+        raise InputError(
+            f"{path}: {words} words, {exc}; lower word2vec.min_count, raise word2vec.max_words if it cuts the "
+            "corpus, or give prepare_corpus more text (prepare_corpus.source, max_documents)"
+        ) from None
+
+
 def encode_corpus(ctx: StageRun, p: Word2VecConfig) -> Corpus:
     """A bad config, or a CUDA cell without CUDA (SkipCell), stops before the corpus is read."""
     TrainConfig.from_params(p)
@@ -62,6 +75,6 @@ def encode_corpus(ctx: StageRun, p: Word2VecConfig) -> Corpus:
         ctx.device  # noqa: B018 - the property raises SkipCell
     sents, raw = load_sentences(p, ctx.inputs["corpus"])
     t0 = time.perf_counter()
-    vocab = Vocab.build(sents, p.min_count)
+    vocab = vocabulary(sents, p.min_count, ctx.inputs["corpus"])
     ids, sid = vocab.encode(sents)
     return Corpus(sents, vocab, ids, sid, {"corpus_words": raw, "vocab_build_s": time.perf_counter() - t0})

@@ -1,0 +1,62 @@
+"""A cell's metrics from its ranks' records: what the stage logs and what a node's launcher prints
+(`python -m steps.sharding.launch`), so both read them the same way and neither imports the other."""
+
+from __future__ import annotations
+
+import statistics
+
+from steps.sharding import links, parity
+
+
+def summarize(plan, ranks: list[dict]) -> dict:
+    """Cell metrics from every rank's record (parity: the worst over every rank, parity.verdict)."""
+    r0 = ranks[0]
+    steps = len(r0["step_s"])
+    # a step ends when its slowest rank ends; skip step 0 (allocator / thread-pool warm-up)
+    step_s = [max(r["step_s"][i] for r in ranks) for i in range(steps)]
+    timed = step_s[1:] if steps > 1 else step_s
+    per_sample = plan.gpt["block_size"] if plan.model == "gpt" else 1
+    state = [sum(r["state_bytes"].values()) for r in ranks]
+    comm = [statistics.mean(r["comm_bytes"]) for r in ranks]
+    a = r0["analytic"]
+    m = {
+        "world": plan.world,
+        "params": a["params"],
+        **parity.verdict(ranks, plan.tolerance),
+        "tokens_per_s": plan.batch_size * per_sample / statistics.median(timed),
+        "step_s_median": statistics.median(timed),
+        "state_bytes_rank_max": max(state),
+        "state_bytes_analytic": a["state_bytes"],
+        # worst rank against its own analytic (pipeline stages differ: embeddings vs head)
+        "state_ratio": max((s / r["analytic"]["state_bytes"] for s, r in zip(state, ranks)), key=lambda x: abs(x - 1)),
+        "comm_bytes_step": statistics.mean(comm),
+        "comm_bytes_analytic": a["comm_bytes"],
+        "comm_ratio": statistics.mean(comm) / a["comm_bytes"] if a["comm_bytes"] else float("nan"),
+        "peak_rss_rank_max": max(r["peak_rss_bytes"] for r in ranks),
+        "pipeline_bubble": plan.pipeline_bubble(),
+        "max_inflight_microbatches": max(r.get("max_inflight", 0) for r in ranks),
+    }
+    if "comm_groups" in r0:  # torch cells: bytes per mesh axis, and the link (intra- or inter-node) it uses
+        local = r0.get("local_world", plan.world)
+        link_m, m["links"] = links.per_link(plan.mesh, local, [r["comm_groups"] for r in ranks])
+        m.update(link_m, nodes=max(plan.world // max(local, 1), 1))
+    if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
+        m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]
+    return m
+
+
+def per_rank_table(ranks: list[dict]):
+    import pandas as pd  # report-side only: a cell's job never needs it
+
+    return pd.DataFrame(
+        [
+            {
+                "rank": r["rank"],
+                **{f"{k}_bytes": v for k, v in r["state_bytes"].items()},
+                "comm_bytes_step": statistics.mean(r["comm_bytes"]),
+                "peak_rss_bytes": r["peak_rss_bytes"],
+                "step_s_median": statistics.median(r["step_s"]),
+            }
+            for r in ranks
+        ]
+    )
