@@ -139,16 +139,11 @@ def test_no_import_cycle_among_steps_modules():
     assert cycles(graph()) == []
 
 
-# the pairs issue 33 named, untied; one is untied on the branch that owns steps/core/job.py and
-# stage.py: its strict xfail turns into a failure once that branch is merged, to drop the mark
+# the pairs issue 33 named, untied
 UNTIED = [
     ("steps.sharding.launch", "steps.sharding.stage"),
     ("steps.minitorch.tensor", "steps.minitorch.tensor_functions"),
-    pytest.param(
-        "steps.core.job",
-        "steps.core.stage",
-        marks=pytest.mark.xfail(strict=True, reason="untied on another branch of issue 33; drop this mark then"),
-    ),
+    ("steps.core.job", "steps.core.stage"),
 ]
 
 

@@ -11,7 +11,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from steps import lifeline
 from steps.config import ConfigError
@@ -22,9 +21,6 @@ from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
 from steps.tracking.server import unreachable
-
-if TYPE_CHECKING:  # the runner only reads a Stage; the contract imports the runner (Stage.main), not back
-    from steps.core.stage import Stage
 
 
 def _write_json(path: Path, obj: dict) -> None:
@@ -62,8 +58,9 @@ def _end_failed(ctx: StageRun, message: str) -> str | None:
     return None
 
 
-def run_job(stage: Stage, argv: list[str] | None = None) -> None:
-    """Entry point of `python -m steps.<stage>` (`Stage.main`)."""
+def run_job(stage, argv: list[str] | None = None) -> None:
+    """Entry point of `python -m steps.<stage>` (`Stage.main`): `stage` is a steps.core.stage.Stage, read only
+    (its name, module, run and presentation); the contract imports the runner, never the other way round."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     lifeline.die_with_snakemake()  # a job never outlives the snakemake that started it
     name = stage.name
