@@ -32,7 +32,7 @@ def hf_model(name, dtype):
 
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize(
-    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-5, 1e-4)]
+    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-6, 1e-6)]
 )
 @pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
 def test_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
@@ -160,7 +160,7 @@ def hf_llama(name, dtype, lift=True):
 
 @pytest.mark.parametrize("name", LLAMA)
 @pytest.mark.parametrize(
-    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-5, 1e-4)]
+    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-6, 1e-6)]
 )
 @pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
 def test_llama_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
@@ -201,7 +201,7 @@ def test_hf_llama_runs_float32_islands_in_a_float64_model():
     with torch.no_grad():
         err = float((ours(ids).logits - shipped(ids).logits).abs().max())
         lifted = float((ours(ids).logits - float64_reference(shipped)(ids).logits).abs().max())
-    assert 1e-10 < err < 1e-4, err
+    assert 1e-10 < err < 1e-6, err  # fp32 rounding inside an fp64 model: 5.9e-8
     assert lifted < 1e-12, lifted
 
 
