@@ -220,11 +220,11 @@ def test_a_plan_that_does_not_fit_says_so(tmp_path):
     params["search_for"] = {"world": 8, "global_batch": 8, "seq": 8192}
     run_stage(tmp_path, "scale", params, cell="best_70b_8")
     rec = json.loads((tmp_path / "results/scale/best_70b_8/metrics.json").read_text())
-    assert rec["metrics"]["fits"] == 0.0
+    assert rec["metrics"]["predicted_fits"] == 0.0
     assert rec["info"]["plan"] == "none fits"
     needs = float(rec["info"]["fits"].split("needs ")[1].split(" GiB")[0])
     assert needs > 80 and "> 80 GiB per GPU" in rec["info"]["fits"]
-    assert rec["metrics"]["published_memory_gib"] is None and rec["metrics"]["published_mem_ratio"] is None  # NaN
+    assert rec["metrics"]["published_memory_gib"] is None and rec["metrics"]["predicted_published_mem_ratio"] is None
     shape, plan, cluster, _ = published_cell("titan_8b_fsdp8")
     dp = predict(shape, ScalePlan.from_params({"mesh": {"dp": 8}, "local_batch": 1, "seq": 8192}), cluster)
     assert dp["fits"] == 0.0 and dp["mem_state"] == 16 * shape.params  # 16 bytes/param replicated
@@ -367,8 +367,9 @@ def test_llama_plan_with_ac_compares_comm_like_for_like(tmp_path):
     run_stage(tmp_path, "scale", params, cell="tiny_ac")
     rec = json.loads((tmp_path / "results/scale/tiny_ac/metrics.json").read_text())
     m, info = rec["metrics"], rec["info"]
-    assert m["published_memory_gib"] == 0.5 and m["published_mem_ratio"] == pytest.approx(m["mem_gib"] / 0.5)
-    assert m["published_ratio"] == pytest.approx(m["tokens_per_s_gpu"] / 1e6)
+    assert m["published_memory_gib"] == 0.5
+    assert m["predicted_published_mem_ratio"] == pytest.approx(m["predicted_mem_gib"] / 0.5)
+    assert m["predicted_published_ratio"] == pytest.approx(m["predicted_tokens_per_s_gpu"] / 1e6)
     assert info["source"] == "made up — compile not modelled"
     assert m["comm_ratio"] == pytest.approx(1, rel=1e-12)
     assert info["comm"].endswith("analytic (no AC)")
@@ -390,8 +391,8 @@ def test_world_curves_styles_and_memory_lines(tmp_path, monkeypatch):
         *[("m1", "c95", f"fsdp8 ac-{k}", 8, "2 × 8192", "fits: 1 GiB of 95", 1.0, 1.0) for k in ("full", "selective")],
         *[(f"m{i}", "c80", "dp8", 8, "1 × 1024", "DOES NOT FIT: 90 GiB of 80", 90.0, 1.0) for i in range(2, 15)],
     ]
-    cols = ["model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "fits", "memory/GPU (GiB)",
-            "tokens/s/GPU predicted"]  # fmt: skip
+    cols = ["model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "predicted fits",
+            "predicted memory/GPU (GiB)", "predicted tokens/s/GPU"]  # fmt: skip
     table = pd.DataFrame(rows, columns=cols).assign(status="ok")
     lines, hlines = [], []
     plot, axhline = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.axhline
