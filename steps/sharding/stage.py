@@ -8,7 +8,8 @@ device cuda. A cell needing more GPUs than the node has is skipped ("needs N GPU
 device auto runs it on the CPU instead (steps/sharding/launch.py). This job owns the cell's one
 MLflow run: it gathers every rank's JSON and logs parity (loss, gradients, parameters after K
 steps, on every rank, and the ranks against each other: steps/sharding/parity.py), tokens/s,
-per-rank state bytes and communication bytes against the analytic model, and the pipeline bubble.
+per-rank state bytes and dispatch-counted communication bytes (each collective as issued, not bytes on
+the wire: docs/sharding.md) against the analytic model, and the pipeline bubble.
 A cell whose worst parity error exceeds its tolerance (1e-5 fp32, 1e-12 fp64) ends FAILED with the
 numbers in its error, its MLflow metrics and <cell>/parity.json.
 """
