@@ -1,9 +1,9 @@
 """components: every hand-written piece of the GPT against an independent reference.
 
 Softmax/linear/LayerNorm/RMSNorm autograd Functions (forward vs torch and NumPy, backward vs
-autograd, Jacobian vs finite differences, gradcheck), sinusoidal PE, both RoPE layouts (vs
-transformers' GPT-J and Llama rotary code), masks, attention paths, GELUs, SwiGLU and grouped-query
-attention (vs transformers' LlamaMLP and repeat_kv). All float64.
+autograd, Jacobian vs finite differences, gradcheck), sinusoidal PE (vs transformers' XLM table),
+both RoPE layouts (vs transformers' GPT-J and Llama rotary code), masks, attention paths, GELUs,
+SwiGLU and grouped-query attention (vs transformers' LlamaMLP and repeat_kv). All float64.
 Other modules add rows with steps.models.checks.register_parity; list them in `extra_modules`.
 """
 

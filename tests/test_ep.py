@@ -74,7 +74,8 @@ def test_ep_at_world_4_matches_one_device(tmp_path, backend):
     assert abs(m["state_ratio"] - 1) <= 1e-9  # each rank: dense + E/4 experts, params + grads + momentum
     assert all(r["comm_calls"]["all_to_all"] == 2 * (4 + 1) for r in ranks)  # per layer: 4 rows + 1 counts
     # the mean over ranks is exact; native DDP adds its rebuilt-bucket broadcast once (docs/sharding.md)
-    assert abs(m["comm_ratio"] - 1) <= (1e-12 if backend == "torch_scratch" else 0.01), m["comm_ratio"]
+    ratio = m["dispatch_comm_ratio"]
+    assert abs(ratio - 1) <= (1e-12 if backend == "torch_scratch" else 0.01), ratio
     bytes_a2a = [r["comm_detail"]["all_to_all/4"] for r in ranks]
     assert len(set(bytes_a2a)) > 1  # uneven routing: the ranks' all-to-all bytes differ, the mean does not
 
@@ -88,7 +89,7 @@ def test_ep_inside_fsdp2_matches_one_device(tmp_path, dtype, tol):
     ranks = launch(p, tmp_path)
     m = summarize(p, ranks)
     assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= tol, m
-    assert abs(m["state_ratio"] - 1) <= 1e-9 and abs(m["comm_ratio"] - 1) <= 1e-9
+    assert abs(m["state_ratio"] - 1) <= 1e-9 and abs(m["dispatch_comm_ratio"] - 1) <= 1e-9
     assert m["state_bytes_analytic"] == 3 * (36512 / 4) * (8 if dtype == "float64" else 4)  # all sharded 4 ways
     assert {"all_gather", "reduce_scatter", "all_to_all", "all_reduce"} <= set(ranks[0]["comm_calls"])
 
@@ -116,7 +117,7 @@ def test_jax_shard_map_ep_matches_one_device(tmp_path):
     assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= 1e-12, m
     assert 0 < m["parity_xbackend"] <= 1e-12 and m["xbackend_max_dparam"] <= 1e-12  # torch's MoE decides too
     assert ranks[0]["comm_calls"]["all-to-all"] == 4 * 2 - 1  # the first dispatch's transpose is dead code
-    assert abs(m["comm_ratio"] - 1) <= 1e-12 and abs(m["state_ratio"] - 1) <= 1e-12
+    assert abs(m["dispatch_comm_ratio"] - 1) <= 1e-12 and abs(m["state_ratio"] - 1) <= 1e-12
 
 
 @pytest.mark.parametrize("configfile", [DEFAULT, SMOKE, FULL], ids=["default", "smoke", "full"])

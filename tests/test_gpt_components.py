@@ -2,6 +2,7 @@
 and the attention contract other developers rely on (local heads from the tensor shape)."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -63,6 +64,55 @@ def test_rope_layouts_differ_but_both_rotate():
     np.testing.assert_allclose(a[0], x[0])  # position 0: angle 0
     # a cached offset continues the same positions
     np.testing.assert_allclose(P.rope_neox_np(x[3:], offset=3), b[3:], atol=1e-14)
+
+
+def sinusoidal_by_formula(n_pos: int, d: int, base: float = 10000.0) -> list[list[float]]:
+    """Vaswani et al. §3.5 written out, one element at a time: PE[pos, 2i] = sin(pos / base^(2i/d)),
+    PE[pos, 2i+1] = cos(pos / base^(2i/d)). Independent of steps/models/positional.py (no arrays)."""
+    table = []
+    for pos in range(n_pos):
+        angle = [pos / base ** (2 * (j // 2) / d) for j in range(d)]
+        table.append([math.sin(a) if j % 2 == 0 else math.cos(a) for j, a in enumerate(angle)])
+    return table
+
+
+def swapped_sin_cos(n_pos: int, d: int) -> torch.Tensor:
+    """A deliberately wrong table: cos in the even columns, sin in the odd ones."""
+    pe = P.sinusoidal(n_pos, d, dtype=torch.float64)
+    return torch.stack((pe[:, 1::2], pe[:, 0::2]), -1).flatten(-2)
+
+
+def frequency_off_by_two(n_pos: int, d: int) -> torch.Tensor:
+    """A deliberately wrong table: base^(i/d) for pair i instead of base^(2i/d)."""
+    ang = torch.arange(n_pos, dtype=torch.float64)[:, None] / 10000.0 ** (torch.arange(d // 2) / d)
+    return torch.stack((ang.sin(), ang.cos()), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("n_pos,d", [(64, 16), (33, 7), (5, 2)])
+def test_sinusoidal_equals_the_formula_written_out(n_pos, d):
+    """Ours (torch and the NumPy twin) against the formula element by element, float64, at 1e-12
+    (measured: a few 1e-15 up to position 63), and against transformers' XLM table (float32, 1e-7)."""
+    from transformers.models.xlm.modeling_xlm import create_sinusoidal_embeddings
+
+    want = torch.tensor(sinusoidal_by_formula(n_pos, d), dtype=torch.float64)
+    for ours in (P.sinusoidal(n_pos, d, dtype=torch.float64), torch.from_numpy(P.sinusoidal_np(n_pos, d))):
+        assert checks.row("PE", "formula", ours, want, 1e-12)["pass"]
+    hf = create_sinusoidal_embeddings(n_pos, d, torch.empty(n_pos, d, dtype=torch.float64))
+    assert checks.row("PE", "XLM", P.sinusoidal(n_pos, d, dtype=torch.float64), hf, 1e-7)["pass"]
+
+
+@pytest.mark.parametrize("wrong", [swapped_sin_cos, frequency_off_by_two], ids=lambda f: f.__name__)
+def test_a_wrong_sinusoidal_table_fails_both_references(wrong):
+    """The references can fail: sin and cos swapped, or the frequency's exponent halved, miss the
+    formula and the XLM table by far more than their tolerances."""
+    from transformers.models.xlm.modeling_xlm import create_sinusoidal_embeddings
+
+    n_pos, d = 64, 16
+    bad = wrong(n_pos, d)
+    vs_formula = checks.row("PE", "formula", bad, torch.tensor(sinusoidal_by_formula(n_pos, d)), 1e-12)
+    vs_hf = checks.row("PE", "XLM", bad, create_sinusoidal_embeddings(n_pos, d, torch.empty(n_pos, d)), 1e-7)
+    assert not vs_formula["pass"] and not vs_hf["pass"]
+    assert vs_formula["max_abs_err"] > 0.1 and vs_hf["max_abs_err"] > 0.1
 
 
 def test_masks():

@@ -32,7 +32,7 @@ def hf_model(name, dtype):
 
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize(
-    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-5, 1e-4)]
+    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-6, 1e-6)]
 )
 @pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
 def test_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
@@ -160,7 +160,7 @@ def hf_llama(name, dtype, lift=True):
 
 @pytest.mark.parametrize("name", LLAMA)
 @pytest.mark.parametrize(
-    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-5, 1e-4)]
+    "dtype,tol,rel,logits_tol", [(torch.float64, 1e-10, None, 1e-10), (torch.float32, None, 1e-6, 1e-6)]
 )
 @pytest.mark.parametrize("custom", [False, True], ids=["fast", "custom"])
 def test_llama_layer_by_layer_and_gradients(name, dtype, tol, rel, logits_tol, custom):
@@ -201,7 +201,7 @@ def test_hf_llama_runs_float32_islands_in_a_float64_model():
     with torch.no_grad():
         err = float((ours(ids).logits - shipped(ids).logits).abs().max())
         lifted = float((ours(ids).logits - float64_reference(shipped)(ids).logits).abs().max())
-    assert 1e-10 < err < 1e-4, err
+    assert 1e-10 < err < 1e-6, err  # fp32 rounding inside an fp64 model: 5.9e-8
     assert lifted < 1e-12, lifted
 
 
@@ -248,6 +248,7 @@ def test_llama_greedy_equals_hf_generate(name):
 
 def test_llama_cell_of_the_stage(tmp_path):
     params = stage_params("gpt_parity", hf_model="llama", hf_config=LLAMA["gqa-untied"], seq_len=12, new_tokens=4)
+    params |= {"tol_fp32_logits": 1e-6, "tol_fp32_rel": 1e-6}  # configs/default.yaml's: HF as shipped in fp32
     run_stage(tmp_path, "gpt_parity", params, cell="llama")
     rec = json.loads((tmp_path / "results/gpt_parity/llama/metrics.json").read_text())
     assert rec["status"] == "ok"
@@ -258,6 +259,7 @@ def test_llama_cell_of_the_stage(tmp_path):
         and m["n_params"] == 2 * 1000 * 64 + 2 * (4096 + 2 * 2048 + 4096 + 3 * 64 * 160 + 2 * 64) + 64
     )
     assert m["float64_forward_max_err"] <= 1e-10 and m["float64_gradient_max_err"] <= 1e-10
+    assert m["float32_logits_err"] <= 1e-6
 
 
 def test_float64_loss_keeps_float64():

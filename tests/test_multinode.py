@@ -80,15 +80,15 @@ def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():
     ]
     metrics, text = links.per_link({"fsdp": 2, "tp": 2}, 2, groups)
     assert metrics == {
-        "comm_bytes_step_fsdp": 40.0,
-        "comm_bytes_step_tp": 100.0,
-        "comm_inter_node_bytes_step": 40.0,
-        "comm_intra_node_bytes_step": 100.0,
+        "dispatch_comm_bytes_step_fsdp": 40.0,
+        "dispatch_comm_bytes_step_tp": 100.0,
+        "dispatch_comm_inter_node_bytes_step": 40.0,
+        "dispatch_comm_intra_node_bytes_step": 100.0,
     }
     assert text == "fsdp inter-node 0.0 KiB; tp intra-node 0.1 KiB"
     # the same cell on one host: every axis intra-node
     one = links.per_link({"fsdp": 2, "tp": 2}, 4, groups)[0]
-    assert one["comm_inter_node_bytes_step"] == 0 and one["comm_intra_node_bytes_step"] == 140.0
+    assert one["dispatch_comm_inter_node_bytes_step"] == 0 and one["dispatch_comm_intra_node_bytes_step"] == 140.0
     assert links.axis_of({"fsdp": 2, "tp": 2}, [0, 1, 2, 3]) == "fsdp×tp"
 
 
@@ -192,27 +192,28 @@ def test_native_cell_across_two_hosts_matches_one_device(two_hosts, tmp_path, ce
     m, info = rec["metrics"], rec["info"]
     assert m["parity_ok"] == 1.0 and m["parity_err_worst"] <= 1e-5, info["parity"]
     assert m["nodes"] == 2 and info["placement"] == "CPU, gloo, 2 nodes"
-    assert m["comm_ratio"] == pytest.approx(1.0, abs=0.01)  # measured ≈ analytic (DDP adds a buffer broadcast)
+    assert m["dispatch_comm_ratio"] == pytest.approx(1.0, abs=0.01)  # DDP adds a buffer broadcast
     # which axis crosses the host boundary, and its bytes
     crossing = "fsdp" if strategy != "dp" else "dp"
-    assert m[f"comm_bytes_step_{crossing}"] > 0
+    assert m[f"dispatch_comm_bytes_step_{crossing}"] > 0
     assert f"{crossing} inter-node" in info["links"]
     if cell == "fsdp_tp":
-        assert "tp intra-node" in info["links"] and m["comm_bytes_step_tp"] > 0
-        assert m["comm_inter_node_bytes_step"] == m["comm_bytes_step_fsdp"]
-        assert m["comm_intra_node_bytes_step"] == m["comm_bytes_step_tp"]
+        assert "tp intra-node" in info["links"] and m["dispatch_comm_bytes_step_tp"] > 0
+        assert m["dispatch_comm_inter_node_bytes_step"] == m["dispatch_comm_bytes_step_fsdp"]
+        assert m["dispatch_comm_intra_node_bytes_step"] == m["dispatch_comm_bytes_step_tp"]
     else:
-        assert m["comm_intra_node_bytes_step"] == 0
-    assert m["comm_inter_node_bytes_step"] + m["comm_intra_node_bytes_step"] == pytest.approx(m["comm_bytes_step"])
+        assert m["dispatch_comm_intra_node_bytes_step"] == 0
+    inter = m["dispatch_comm_inter_node_bytes_step"]
+    assert inter + m["dispatch_comm_intra_node_bytes_step"] == pytest.approx(m["dispatch_comm_bytes_step"])
     # the veth carried at least the inter-node bytes node 0's two ranks sent over the steps
     sent = _tx_bytes(NS[0], NET["TWO_HOSTS_IF_A"]) - tx0
-    assert sent >= 2 * m["comm_inter_node_bytes_step"] * TINY["steps"], (sent, m["comm_inter_node_bytes_step"])
+    assert sent >= 2 * inter * TINY["steps"], (sent, inter)
     # the MLflow run of the cell holds the per-link numbers
     import mlflow
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("n00bgpt/sharding").experiment_id])
-    assert run.data.metrics["comm_inter_node_bytes_step"] == m["comm_inter_node_bytes_step"]
+    assert run.data.metrics["dispatch_comm_inter_node_bytes_step"] == m["dispatch_comm_inter_node_bytes_step"]
     # the same plan on one host: the same losses and per-rank bytes (there all intra-node)
     one = launch(Plan.from_params({**params, "seed": SEED, "launch": {"timeout_s": timeout}}), tmp_path / "one")
     two = [json.loads((tmp_path / f"results/sharding/{cell}/ranks/rank{r}.json").read_text()) for r in range(4)]

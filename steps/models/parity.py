@@ -96,8 +96,10 @@ def _err(a, b):
 
 def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float | None = None, custom: bool = False):
     """Rows (kind, point, max_abs_err, ref_max_abs, tolerance, pass) for one dtype.
-    With rel_tol (fp32), a point's tolerance is rel_tol * max(1, |reference|max): fp32 rounding
-    error grows with magnitude (GPT-2's residual stream reaches the thousands).
+    With rel_tol (fp32), a point's tolerance is rel_tol * max(1, |reference|max), the logits'
+    logits_tol * max(1, |logits|max): fp32 rounding error grows with magnitude (GPT-2's residual
+    stream reaches the thousands, a pretrained model's logits the hundreds). Without it (fp64) every
+    point's tolerance is `tol`, the logits' `logits_tol`, both absolute.
     custom=True swaps in the hand-written autograd Functions and manual attention."""
     conv = converter(hf)
     ours = conv.from_hf(hf)
@@ -109,9 +111,9 @@ def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float
     n_layer = hf.config.num_hidden_layers
     rows = []
 
-    def add(kind, point, a, b, abs_tol=None):
+    def add(kind, point, a, b, abs_tol=None, rel=rel_tol):
         ref = float(b.detach().double().abs().max())
-        t = abs_tol if abs_tol is not None else (tol if rel_tol is None else rel_tol * max(1.0, ref))
+        t = abs_tol if abs_tol is not None else (tol if rel is None else rel * max(1.0, ref))
         e = _err(a, b)
         rows.append(
             {"kind": kind, "point": point, "max_abs_err": e, "ref_max_abs": ref, "tolerance": t, "pass": bool(e <= t)}
@@ -134,7 +136,10 @@ def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float
         h.remove()
     for name in a_h:
         add("forward", name, a_o[name], a_h[name])
-    add("forward", "logits", out_o.logits, out_h.logits, logits_tol)
+    if rel_tol is None:
+        add("forward", "logits", out_o.logits, out_h.logits, logits_tol)
+    else:
+        add("forward", "logits", out_o.logits, out_h.logits, rel=logits_tol)
     if getattr(out_h, "aux_loss", None) is not None:
         add("forward", "load-balancing loss", out_o.aux_loss, out_h.aux_loss)
     add("forward", "loss (HF shift)", out_o.loss, out_h.loss)

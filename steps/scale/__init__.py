@@ -16,7 +16,8 @@ strategy) are steps/analytic/'s. One concern a file:
                 each simulated number is set against
   replay_sharding.py  the sharding stage's gloo cells replayed on the fake group, against their ranks' bytes
   cluster.py    a cluster description and the α–β cost of each collective on it
-  steptime.py   compute, exposed communication, pipeline bubble -> tokens/s per GPU, MFU, fits
+  steptime.py   compute, exposed communication, pipeline bubble -> tokens/s per GPU, MFU, fits (the
+                stage logs them as predicted_*: never the measured names of perf and gpt_train)
   search.py     the best plan that fits, for a model, a global batch and a cluster
   figures.py    the report's plots (memory and tokens/s per GPU against world size)
 """

@@ -12,6 +12,7 @@ from itertools import cycle
 from pathlib import Path
 
 MARKERS = "os^DvP*X<>phd8H"
+FITS, MEMORY, TOKENS = "predicted fits", "predicted memory/GPU (GiB)", "predicted tokens/s/GPU"  # the report's columns
 LINES = ("-", "--", "-.", ":")
 
 
@@ -32,12 +33,11 @@ def world_curves(table, out_dir) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = ("model", "cluster", "plan", "world", "batch/rank (seqs × seq)", "fits", "memory/GPU (GiB)",
-            "tokens/s/GPU predicted")  # fmt: skip
+    cols = ("model", "cluster", "plan", "world", "batch/rank (seqs × seq)", FITS, MEMORY, TOKENS)
     if table.empty or any(c not in table for c in cols):
         return []
     search = table["plan"].astype(str).str.startswith(("best:", "none fits"))  # search cells: not one strategy
-    predicted = table["tokens/s/GPU predicted"].astype(float).notna()  # not the gloo check
+    predicted = table[TOKENS].astype(float).notna()  # not the gloo check
     df = table[(table["status"] == "ok") & ~search & predicted].copy()
     if df.empty:
         return []
@@ -51,9 +51,9 @@ def world_curves(table, out_dir) -> list[Path]:
         i, used[colour] = used[colour], used[colour] + 1
         style = dict(color=colour, marker=MARKERS[i % len(MARKERS)], linestyle=LINES[i % len(LINES)])
         label = f"{model} {strat} · {cluster} · batch/rank {batch}"
-        ax1.plot(g["world"], g["memory/GPU (GiB)"].astype(float), label=label, **style)
-        ax2.plot(g["world"], g["tokens/s/GPU predicted"].astype(float), label=label, **style)
-    limits = df.groupby("cluster")["fits"].agg(lambda f: gpu_memory(f.iloc[0]))
+        ax1.plot(g["world"], g[MEMORY].astype(float), label=label, **style)
+        ax2.plot(g["world"], g[TOKENS].astype(float), label=label, **style)
+    limits = df.groupby("cluster")[FITS].agg(lambda f: gpu_memory(f.iloc[0]))
     for (cluster, gib), ls in zip(limits.dropna().items(), LINES):
         ax1.axhline(gib, color="black", linestyle=ls, linewidth=1, label=f"GPU memory, {cluster}: {gib:g} GiB")
     for ax, what in ((ax1, "memory per GPU (GiB, predicted)"), (ax2, "tokens/s per GPU (predicted)")):
@@ -64,7 +64,7 @@ def world_curves(table, out_dir) -> list[Path]:
     handles, labels = ax1.get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle(
-        "scale: per-GPU memory and throughput against world size. A line joins cells of one model, strategy, "
+        "scale: predicted per-GPU memory and throughput against world size. A line joins cells of one model, strategy, "
         "cluster and batch/rank;\nmost strategies are single cells (one world size), compare points across "
         "lines only where cluster and batch match",
         fontsize=8,

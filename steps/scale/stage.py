@@ -81,18 +81,15 @@ def run(ctx) -> dict:
         "world": plan.world,
         "params": shape.params,
         "state_gib_analytic": an_state / GiB,
-        "state_gib_held": held / GiB,
+        "predicted_state_gib_held": held / GiB,
         "saved_gib_analytic": an_saved / GiB,
         "comm_gib_analytic": an_comm / GiB,
-        "tokens_per_s_gpu": pred["tokens_per_s_gpu"],
-        "mfu": pred["mfu"],
-        "step_s": pred["step_s"],
-        "exposed_comm_s": pred["exposed_comm_s"],
-        "all_to_all_s": pred["all_to_all_s"],
-        "bubble": pred["bubble"],
-        "mem_gib": pred["mem_total"] / GiB,
-        "mem_activations_gib": pred["mem_activations"] / GiB,
-        "fits": pred["fits"],
+        **predicted(pred),
+        "predicted_step_s": pred["step_s"],
+        "predicted_exposed_comm_s": pred["exposed_comm_s"],
+        "predicted_all_to_all_s": pred["all_to_all_s"],
+        "predicted_bubble": pred["bubble"],
+        "predicted_mem_activations_gib": pred["mem_activations"] / GiB,
     }
     memory = f"analytic only: state {an_state / GiB:.2f} Playbook / {held / GiB:.2f} predicted GiB, "
     memory += f"saved (no AC) {an_saved / GiB:.2f}"
@@ -102,11 +99,11 @@ def run(ctx) -> dict:
         m |= measured
     if pub.tokens_per_s_gpu:
         m["published_tokens_per_s_gpu"] = pub.tokens_per_s_gpu
-        m["published_ratio"] = pred["tokens_per_s_gpu"] / pub.tokens_per_s_gpu
+        m["predicted_published_ratio"] = pred["tokens_per_s_gpu"] / pub.tokens_per_s_gpu
     if pub.memory_gib:  # an allocator peak (reserved, fragmentation included) against counted tensors
         m["published_memory_gib"] = pub.memory_gib
-        m["published_mem_ratio"] = m["mem_gib"] / pub.memory_gib
-    mem = f"{m['mem_gib']:.1f} GiB of {cluster.memory_bytes / GiB:.0f}"
+        m["predicted_published_mem_ratio"] = m["predicted_mem_gib"] / pub.memory_gib
+    mem = f"{m['predicted_mem_gib']:.1f} GiB of {cluster.memory_bytes / GiB:.0f}"
     ctx.info.update(
         model=shape.name,
         cluster=cluster.name,
@@ -117,6 +114,17 @@ def run(ctx) -> dict:
         fits=("fits: " if pred["fits"] else "DOES NOT FIT: ") + mem,
     )
     return m
+
+
+def predicted(pred: dict) -> dict:
+    """The step-time model's headline outputs as the stage logs them: every name says `predicted_`, so
+    none reads as the measured `mfu`, `tokens_per_s_gpu`, `step_s` of perf and gpt_train."""
+    return {
+        "predicted_tokens_per_s_gpu": pred["tokens_per_s_gpu"],
+        "predicted_mfu": pred["mfu"],
+        "predicted_mem_gib": pred["mem_total"] / GiB,
+        "predicted_fits": pred["fits"],
+    }
 
 
 def check_moe(cell: str, shape: Shape, plan: ScalePlan) -> None:
@@ -144,7 +152,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: ScaleConfig) -> dict:
             fits=f"DOES NOT FIT: smallest of {tried} plans needs {pred['mem_total'] / GiB:.1f} GiB "
             f"> {cluster.memory_bytes / GiB:.0f} GiB per GPU",
         )
-        return {"world": s.world, "plans_tried": tried, "plans_fitting": 0, "fits": 0.0}
+        return {"world": s.world, "plans_tried": tried, "plans_fitting": 0, "predicted_fits": 0.0}
     ctx.info.update(
         plan=f"best: {plan.name} (local batch {plan.local_batch})",
         mesh=plan.mesh_str,
@@ -155,10 +163,7 @@ def search_cell(ctx, shape: Shape, cluster: Cluster, p: ScaleConfig) -> dict:
         "world": s.world,
         "plans_tried": tried,
         "plans_fitting": fitting,
-        "tokens_per_s_gpu": pred["tokens_per_s_gpu"],
-        "mfu": pred["mfu"],
-        "mem_gib": pred["mem_total"] / GiB,
-        "fits": 1.0,
+        **predicted(pred),
     }
 
 

@@ -31,7 +31,8 @@ def link_of(ranks, local_world: int) -> str:
 
 
 def per_link(mesh: dict, local_world: int, ranks_groups: list[dict]) -> tuple[dict, str]:
-    """Per-step bytes each rank sends per mesh axis (mean over ranks, analytic.py's ring convention),
+    """Per-step bytes each rank sends per mesh axis (mean over ranks, analytic.py's ring convention, as the
+    collectives were dispatched: not bytes on the wire),
     with the link the axis uses: (metrics, "fsdp inter-node 12.0 KiB; tp intra-node 3.0 KiB").
     `ranks_groups`: per rank, {"0,2": bytes sent on the group of ranks 0 and 2} of one step."""
     local = max(local_world, 1)
@@ -43,8 +44,8 @@ def per_link(mesh: dict, local_world: int, ranks_groups: list[dict]) -> tuple[di
             slot[0] += sent / len(ranks_groups)
             if link_of(ranks, local) == "inter-node":
                 slot[1] = "inter-node"
-    metrics = {f"comm_bytes_step_{axis.replace('×', '_')}": b for axis, (b, _) in by_axis.items()}
-    metrics["comm_inter_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "inter-node")
-    metrics["comm_intra_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "intra-node")
+    metrics = {f"dispatch_comm_bytes_step_{axis.replace('×', '_')}": b for axis, (b, _) in by_axis.items()}
+    metrics["dispatch_comm_inter_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "inter-node")
+    metrics["dispatch_comm_intra_node_bytes_step"] = sum(b for b, link in by_axis.values() if link == "intra-node")
     text = "; ".join(f"{axis} {link} {b / 1024:.1f} KiB" for axis, (b, link) in sorted(by_axis.items()))
     return metrics, text

@@ -8,7 +8,8 @@ device cuda. A cell needing more GPUs than the node has is skipped ("needs N GPU
 device auto runs it on the CPU instead (steps/sharding/launch.py). This job owns the cell's one
 MLflow run: it gathers every rank's JSON and logs parity (loss, gradients, parameters after K
 steps, on every rank, and the ranks against each other: steps/sharding/parity.py), tokens/s,
-per-rank state bytes and communication bytes against the analytic model, and the pipeline bubble.
+per-rank state bytes and dispatch-counted communication bytes (each collective as issued, not bytes on
+the wire: docs/sharding.md) against the analytic model, and the pipeline bubble.
 A cell whose worst parity error exceeds its tolerance (1e-5 fp32, 1e-12 fp64) ends FAILED with the
 numbers in its error, its MLflow metrics and <cell>/parity.json.
 """
@@ -42,9 +43,9 @@ def bar_charts(df, metrics: dict, title: str):
     ax1.axhline(metrics["state_bytes_analytic"] / 1024, color="k", ls="--", label="analytic")
     ax1.set(xlabel="rank", ylabel="KiB", title="state per rank")
     ax1.legend(fontsize=7)
-    ax2.bar(df["rank"], df["comm_bytes_step"] / 1024, color="C3", label="measured")
+    ax2.bar(df["rank"], df["dispatch_comm_bytes_step"] / 1024, color="C3", label="dispatch-counted")
     ax2.axhline(metrics["comm_bytes_analytic"] / 1024, color="k", ls="--", label="analytic")
-    ax2.set(xlabel="rank", ylabel="KiB sent / step", title="communication per rank")
+    ax2.set(xlabel="rank", ylabel="KiB sent / step (ring convention)", title="communication per rank, as dispatched")
     ax2.legend(fontsize=7)
     for ax in (ax1, ax2):
         ax.set_xticks(df["rank"])
@@ -104,7 +105,7 @@ def run(ctx) -> dict:
             {
                 "loss": ranks[0]["losses"][step],
                 "dgrad": max(r["dgrad"][step] for r in ranks),
-                "comm_bytes": ranks[0]["comm_bytes"][step],
+                "dispatch_comm_bytes": ranks[0]["comm_bytes"][step],
             },
             step=step,
         )

@@ -119,7 +119,7 @@ def run(plan: Plan, out: Path) -> dict:
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
         for key, sent in counter.groups.items():  # per group of ranks: nodes.per_link's input
-            groups[key] = groups.get(key, 0.0) + sent / plan.steps  # mean per step, as comm_bytes_step
+            groups[key] = groups.get(key, 0.0) + sent / plan.steps  # mean per step, as dispatch_comm_bytes_step
         check_loss_dtype(loss, dtype)
         loss = loss.detach().clone()
         dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)

@@ -1,5 +1,6 @@
 """Parity rows of the hand-written pieces: softmax, linear, LayerNorm/RMSNorm, positional encodings
-(sinusoidal, RoPE both layouts) and masks, each against torch, NumPy and transformers."""
+(sinusoidal, RoPE both layouts) and masks, each against torch, NumPy and transformers (sinusoidal PE:
+also transformers' XLM table; tests/test_gpt_components.py checks it against the formula written out)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb as gptj_rope
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
+from transformers.models.xlm.modeling_xlm import create_sinusoidal_embeddings as xlm_sinusoidal
 
 from steps.models import masking as M
 from steps.models import positional as P
@@ -70,11 +72,13 @@ def norm_checks(params) -> list[dict]:
 def positional_checks(params) -> list[dict]:
 
     T, d = 7, 8
-    rows = [
-        row(
-            "sinusoidal PE (torch)", "NumPy twin", P.sinusoidal(T, d, dtype=torch.float64), P.sinusoidal_np(T, d), 1e-12
-        )
-    ]
+    pe = P.sinusoidal(T, d, dtype=torch.float64)
+    rows = [row("sinusoidal PE (torch)", "NumPy twin", pe, P.sinusoidal_np(T, d), 1e-12)]
+    # an implementation the lab did not write; it rounds its table to float32 (half an ulp at 1: 3e-8)
+    n_pos, wide = 64, 10  # positions up to 63 and an even width: a wrong frequency shows
+    ref = xlm_sinusoidal(n_pos, wide, torch.empty(n_pos, wide, dtype=torch.float64))
+    rows.append(row("sinusoidal PE (torch)", "transformers XLM create_sinusoidal_embeddings (fp32 table)",
+                    P.sinusoidal(n_pos, wide, dtype=torch.float64), ref, 1e-7))  # fmt: skip
     x = torch.randn(2, 3, T, d, dtype=torch.float64)  # (B, heads, T, head_dim)
     cos, sin = P.rope_cos_sin(T, d, dtype=torch.float64)
     inter, neox = P.rope_interleaved(x, cos, sin), P.rope_neox(x, cos, sin)
