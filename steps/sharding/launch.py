@@ -17,10 +17,8 @@ Where a cell runs (decided here, before anything starts, from `device` and the G
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ from pathlib import Path
 from steps import lifeline
 from steps.sharding import engines, nodes
 from steps.sharding.plan import Plan
+from steps.sharding.reap import kill_tagged, stop
 
 
 class LaunchError(RuntimeError):
@@ -179,26 +178,6 @@ def run_processes(
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise LaunchError(f"exit code {rc} after {time.time() - t0:.1f} s (a rank failed); log {log}:\n{tail}")
     return time.time() - t0
-
-
-def stop(proc: subprocess.Popen, tag: str) -> None:
-    """SIGKILL the launch: its process group (torchrun, its agent) and every rank it tagged."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    kill_tagged(tag)
-
-
-def kill_tagged(tag: str) -> None:
-    """SIGKILL every process launched with this tag: torchrun starts each rank in a session of its
-    own, so killing torchrun's group leaves ranks orphaned (hung in a collective)."""
-    needle = f"N00BGPT_LAUNCH={tag}".encode()
-    for proc_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle in (proc_dir / "environ").read_bytes().split(b"\0"):
-                os.kill(int(proc_dir.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass  # gone already, or not ours to read
 
 
 def collect(out: Path, world: int) -> list[dict]:
