@@ -135,22 +135,20 @@ def versus(st: Store, order: list[str], opts: Options) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m steps.compare",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    ap = argparse.ArgumentParser(prog="python -m steps.compare", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stage", action="append", help="a stage (repeatable, or a,b) (default: every stage)")
+    ap.add_argument("--sort", metavar="METRIC", help="sort the rows by a metric (title or key) or param leaf")
+    ap.add_argument("--sort-order", choices=("asc", "desc"), default="asc", help="(default: %(default)s)")
+    ap.add_argument(
+        "--only-changed", "--diff", action="store_true", help="also hide the metrics equal in every row (default: off)"
     )
-    ap.add_argument("--stage", action="append", help="a stage (repeatable, or a,b); default: every stage")
-    ap.add_argument("--sort", metavar="METRIC", help="sort the rows by a metric (title or key) or param")
-    ap.add_argument("--sort-order", choices=("asc", "desc"), default="asc")
-    ap.add_argument("--only-changed", "--diff", action="store_true", help="also hide metrics equal in every row")
-    ap.add_argument("--format", choices=FORMATS, default="table", dest="fmt")
-    ap.add_argument("--all", action="store_true", help="every run, not only the latest of each cell")
-    ap.add_argument("--metrics", help="comma-separated metric keys instead of the stage's report columns")
-    ap.add_argument("--vs", metavar="previous|RUN", help="compare with an earlier lab run: 'previous' or its id")
-    ap.add_argument("--lab", metavar="RUN", help="the lab run compared by --vs (default: the latest)")
+    ap.add_argument("--format", choices=FORMATS, default="table", dest="fmt", help="(default: %(default)s)")
+    ap.add_argument("--all", action="store_true", help="every run, not only the latest of each cell (default: off)")
+    ap.add_argument("--metrics", help="comma-separated metric keys (default: the stage's report columns)")
+    ap.add_argument("--vs", metavar="previous|RUN", help="the changes since an earlier lab run: 'previous' or its id")
+    ap.add_argument("--lab", metavar="RUN", help="the lab run --vs compares (default: the latest)")
     ap.add_argument("--ui", default="", help="the UI's address for run links (default: relative to the UI's base)")
-    ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db")
+    ap.add_argument("--tracking-uri", help="(default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)")
     args = ap.parse_args(argv)
     split = [s.strip() for arg in args.stage for s in arg.split(",") if s.strip()] if args.stage else None
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None

@@ -62,15 +62,23 @@ def latest_per_cell(jobs: list[dict], until: float = math.inf) -> list[dict]:
 
 
 def leaves(key: str, value: str) -> dict[str, str]:
-    """A param as its leaves: a JSON object or list of objects (a nested section logged as one value)
-    becomes `key.sub` / `key[i]` (`key[name]` where each item has a distinct name); anything else as is."""
+    """A param as its leaves: a JSON object, or a list holding objects (a nested section logged as one
+    value), becomes `key.sub` / `key[i]` (`key[name]` where each item has a distinct name); anything
+    else stays one value."""
     parsed = _json(value)
-    if not isinstance(parsed, (dict, list)) or not any(isinstance(v, (dict, list)) for v in _items(parsed).values()):
-        return {key: value}
+    return _flat(key, parsed) if _nested(parsed) else {key: value}
+
+
+def _nested(obj) -> bool:
+    return bool(obj) and isinstance(obj, dict) or isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj)
+
+
+def _flat(key: str, obj) -> dict[str, str]:
+    if not _nested(obj):  # a leaf as MlflowRun logs a param: JSON for a list, str() for a scalar
+        return {key: json.dumps(obj) if isinstance(obj, (list, dict)) else str(obj)}
     out: dict[str, str] = {}
-    for sub, v in _items(parsed).items():
-        child = f"{key}{sub}"
-        out.update(leaves(child, json.dumps(v)) if isinstance(v, (dict, list)) else {child: _scalar(v)})
+    for sub, v in _items(obj).items():
+        out.update(_flat(f"{key}{sub}", v))
     return out
 
 
@@ -90,11 +98,6 @@ def _items(parsed) -> dict[str, object]:
     if len(names) == len(parsed) and None not in names and len(set(map(str, names))) == len(names):
         return {f"[{n}]": v for n, v in zip(names, parsed)}
     return {f"[{i}]": v for i, v in enumerate(parsed)}
-
-
-def _scalar(v) -> str:
-    """A leaf as MlflowRun logs a scalar param: str() (True, None, 0.001)."""
-    return str(v)
 
 
 def fmt_start(ms: float) -> str:

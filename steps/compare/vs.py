@@ -141,7 +141,7 @@ def as_text(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     out = table[["cell", "run", "status"]].copy()
     for t in metrics:
         out[t] = [
-            change(v, w, r == "same", MARKS[n])
+            change(v, w, r == "same", MARKS.get(n if isinstance(n, str) else None, ""))
             for v, w, r, n in zip(table[t], table[f"{t} before"], table["run"], table[f"{t} noise"])
         ]
     out["params changed"] = table["params changed"]
