@@ -101,7 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.db.exists():
         sys.exit(f"{args.db} does not exist: run `snakemake --cores all` first, or pass --db")
     if args.port and port_taken(args.port):
-        sys.exit(f"steps.ui: port {args.port} on 127.0.0.1 is in use (another server?): pass --port 0 for any free port")
+        sys.exit(
+            f"steps.ui: port {args.port} on 127.0.0.1 is in use (another server?): pass --port 0 for any free port"
+        )
     port = args.port or free_port()
     follow_moved_store(args.db)
     base = f"http://127.0.0.1:{port}"

@@ -125,7 +125,9 @@ def test_formats(store):
     ]
     tf32 = table[2]
     assert tf32["× baseline"] == "2.0" and tf32["low"] == "1.8" and tf32["high"] == "2.2"  # numbers, not text
-    assert re.fullmatch(rf"/#/experiments/\d+/runs/{tf32['run']}[0-9a-f]{{24}}\?workflowType=machine_learning", tf32["link"])
+    assert re.fullmatch(
+        rf"/#/experiments/\d+/runs/{tf32['run']}[0-9a-f]{{24}}\?workflowType=machine_learning", tf32["link"]
+    )
     data = json.loads(compare(["perf"], store, fmt="json", ui="http://host:1234"))
     perf = data["stages"]["perf"]
     assert perf[1]["tokens/s"] == 222.0 and perf[1]["plans[a].tp"] == "2" and perf[0]["× baseline"] == 1.0
@@ -185,7 +187,9 @@ def test_vs_previous_lab_run(store, monkeypatch):
     job(store, "perf", "tf32", {**BASE, "tf32": True}, {"tokens_per_s": 220.0, **ratio(2.0, 1.8, 2.2)})
     end_first()
     second, end_second = lab_run(client, lab)
-    job(store, "perf", "tf32", {**BASE, "tf32": True, "batch_size": 16}, {"tokens_per_s": 330.0, **ratio(3.0, 2.7, 3.3)})
+    job(
+        store, "perf", "tf32", {**BASE, "tf32": True, "batch_size": 16}, {"tokens_per_s": 330.0, **ratio(3.0, 2.7, 3.3)}
+    )
     job(store, "perf", "baseline", BASE, {"tokens_per_s": 115.0, **ratio(1.02, 0.95, 1.1)})
     job(store, "perf", "amp", BASE, {"tokens_per_s": 150.0, **ratio(1.5, 1.4, 1.6)})
     end_second()

@@ -70,7 +70,9 @@ def leaves(key: str, value: str) -> dict[str, str]:
 
 
 def _nested(obj) -> bool:
-    return bool(obj) and isinstance(obj, dict) or isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj)
+    return (
+        bool(obj) and isinstance(obj, dict) or isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj)
+    )
 
 
 def _flat(key: str, obj) -> dict[str, str]:
@@ -169,7 +171,9 @@ def metric_columns(runs: pd.DataFrame, metrics: dict[str, str], combine: bool) -
         pair = interval_of(runs.columns, key) if combine else None
         if pair and pair != INTERVALS[2]:
             lo, hi = runs[f"metrics.{key}{pair[0]}"], runs[f"metrics.{key}{pair[1]}"]
-            col = pd.Series([interval_text(*t, pair == RATIO) for t in zip(col, lo, hi)], index=runs.index, dtype=object)
+            col = pd.Series(
+                [interval_text(*t, pair == RATIO) for t in zip(col, lo, hi)], index=runs.index, dtype=object
+            )
         out[title] = col
     return out
 

@@ -99,4 +99,3 @@ def report_run_link(experiment_id: str, run_id: str, base: str = "") -> str:
 def report_url(base: str) -> str:
     """The report's address under the UI's `base` (what steps.ui prints beside the UI's own)."""
     return f"{base.rstrip('/')}/{REPORT_PATH}index.html"
-

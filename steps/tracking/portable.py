@@ -30,9 +30,7 @@ LOCATIONS = (
 
 def recorded_root(con: sqlite3.Connection) -> str | None:
     """The folder the store was last opened in, if it says."""
-    row = con.execute(
-        "SELECT value FROM experiment_tags WHERE experiment_id = 0 AND key = ?", (ROOT_TAG,)
-    ).fetchone()
+    row = con.execute("SELECT value FROM experiment_tags WHERE experiment_id = 0 AND key = ?", (ROOT_TAG,)).fetchone()
     return row[0] if row else None
 
 
