@@ -127,7 +127,8 @@ def versus(st: Store, order: list[str], opts: Options) -> str:
         reran = int((raw["run"] != "same").sum()) if len(raw) else 0
         tables[stage] = vs.as_text(raw, metrics) if opts.fmt in ("table", "markdown") else vs.as_raw(raw, metrics)
         titles[stage] = f"{stage}: {reran} of {len(raw)} cell(s) rerun since {prev['run_id'][:8]}"
-        notes[stage] = [vs.LEGEND] if opts.fmt in ("table", "markdown") else []
+        marked = raw[[f"{t} noise" for t in metrics]].notna().any().any() if len(raw) and metrics else False
+        notes[stage] = [vs.LEGEND] if marked and opts.fmt in ("table", "markdown") else []
     head = vs.title(this, prev)
     extra = {"lab_run": this["run_id"], "vs": prev["run_id"]}
     body = render(tables, notes, titles, opts, extra)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 
 import pandas as pd
 
@@ -26,12 +27,20 @@ def clip(s: str, width: int = MAX_CELL) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+def numeric(col: pd.Series) -> bool:
+    """Numbers, or text that leads with one ('2.1 [1.9, 2.3] faster', '330 (+50.0%)'): right-aligned."""
+    if pd.api.types.is_numeric_dtype(col):
+        return True
+    values = col.dropna()
+    return len(values) > 0 and all(re.match(r"^[-+]?(\d|\.\d|inf|nan)", str(v)) for v in values)
+
+
 def text_table(table: pd.DataFrame, width: int) -> tuple[str, list[str]]:
     """(plain text, numbers right-aligned, text left-aligned, within `width` characters; the titles of
     the columns that did not fit)."""
     out, used, left = [], 0, []
     for name in table.columns:
-        just = str.rjust if pd.api.types.is_numeric_dtype(table[name]) else str.ljust
+        just = str.rjust if numeric(table[name]) else str.ljust
         cells = [clip(str(name)), *(clip(fmt(v)) for v in table[name])]
         w = max(map(len, cells))
         if out and used + 2 + w > width:
@@ -58,9 +67,9 @@ def markdown_block(title: str, table: pd.DataFrame, notes: list[str]) -> str:
     """`## title`, a pipe table (every column), the notes as a paragraph."""
     if table.empty:
         return f"## {title}\n\n(no runs)\n"
-    numeric = [pd.api.types.is_numeric_dtype(table[c]) for c in table.columns]
+    right = [numeric(table[c]) for c in table.columns]
     lines = ["| " + " | ".join(_md(c) for c in table.columns) + " |"]
-    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    lines.append("|" + "|".join("---:" if n else "---" for n in right) + "|")
     lines += ["| " + " | ".join(_md(fmt(v)) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join([f"## {title}", "", *lines, "", *([" ".join(notes), ""] if notes else [])])
 

@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from steps.compare.formats import fmt
 from steps.compare.read import CompareError
 from steps.compare.table import INTERVALS, differs, fmt_start, frame, latest_per_cell
 
@@ -64,7 +65,7 @@ def change(now, before, same: bool, mark: str = "") -> str | None:
     """'now (+x%)' (or '(+x)' from zero), with the interval mark; the value alone where nothing moved."""
     if now is None or pd.isna(now):
         return None
-    text = f"{now:.4g}"
+    text = fmt(now)
     if same or before is None or pd.isna(before):
         return text
     if before == 0:
