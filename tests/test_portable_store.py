@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -113,7 +114,9 @@ def test_a_moved_store_follows_its_folder(original, tmp_path):
 def start_ui(db: Path, port: int = 0) -> tuple[subprocess.Popen, str]:
     """`python -m steps.ui --db DB --port N`; (the server, its base address) once it answers."""
     cmd = [sys.executable, "-m", "steps.ui", "--db", str(db), "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     line = proc.stdout.readline()
     base = re.match(r"MLflow UI on (http://127\.0\.0\.1:\d+)/", line)
     assert base, line
@@ -126,6 +129,16 @@ def start_ui(db: Path, port: int = 0) -> tuple[subprocess.Popen, str]:
             assert proc.poll() is None, "steps.ui exited"
             time.sleep(0.5)
     raise AssertionError("steps.ui did not answer in 180 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """The server and the workers it started (its own process group), however slow their shutdown."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def fetch(url: str) -> bytes:
@@ -160,6 +173,5 @@ def test_ui_serves_a_moved_store_its_report_and_refuses_a_busy_port(original, tm
         assert busy.returncode != 0 and busy.stdout == ""
         assert busy.stderr.strip().count("\n") == 0 and "--port 0" in busy.stderr and port in busy.stderr
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
     assert not original.exists() and os.path.isdir(moved)

@@ -27,12 +27,15 @@ def clip(s: str, width: int = MAX_CELL) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+LEADING_NUMBER = re.compile(r"^[-+]?(\d[\d,]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan)(\s|$)")  # not '6f4f9c7e', '2026-11-26'
+
+
 def numeric(col: pd.Series) -> bool:
     """Numbers, or text that leads with one ('2.1 [1.9, 2.3] faster', '330 (+50.0%)'): right-aligned."""
     if pd.api.types.is_numeric_dtype(col):
         return True
     values = col.dropna()
-    return len(values) > 0 and all(re.match(r"^[-+]?(\d|\.\d|inf|nan)", str(v)) for v in values)
+    return len(values) > 0 and all(LEADING_NUMBER.match(str(v)) for v in values)
 
 
 def text_table(table: pd.DataFrame, width: int) -> tuple[str, list[str]]:
