@@ -21,7 +21,16 @@ from dataclasses import dataclass
 
 from steps.compare import formats, vs
 from steps.compare.read import CompareError, Store, open_store, read
-from steps.compare.table import ID_COLUMNS, build_table, frame, job_runs, latest_per_cell, sort_runs, stage_metrics
+from steps.compare.table import (
+    ID_COLUMNS,
+    build_table,
+    frame,
+    job_runs,
+    latest_per_cell,
+    sort_runs,
+    stage_metrics,
+    without_interval_ends,
+)
 
 __all__ = ["ID_COLUMNS", "CompareError", "Options", "build_table", "compare", "main", "open_store"]
 FORMATS = ("table", "csv", "json", "markdown")
@@ -121,7 +130,7 @@ def versus(st: Store, order: list[str], opts: Options) -> str:
     for stage in order:
         jobs = job_runs(st.of(stage))
         logged = {k for r in jobs for k in r["metrics"]}
-        metrics = stage_metrics(stage, opts.metrics, logged)
+        metrics = without_interval_ends(stage_metrics(stage, opts.metrics, logged))  # they feed the noise mark
         raw = vs.stage_changes(jobs, this, prev, metrics)
         metrics = vs.keep_changed(raw, metrics) if opts.only_changed else vs.drop_empty(raw, metrics)
         reran = int((raw["run"] != "same").sum()) if len(raw) else 0

@@ -31,6 +31,13 @@ def stage_metrics(stage: str, requested: list[str] | None = None, logged: set[st
     return {t: cols[t] for t in sorted(cols, key=lambda t: t != head)}
 
 
+def without_interval_ends(metrics: dict[str, str]) -> dict[str, str]:
+    """`metrics` less those that are the logged interval of another one (`k_low` beside `k`)."""
+    keys = set(metrics.values())
+    ends = {k + end for k in keys for pair in INTERVALS for end in pair}
+    return {t: k for t, k in metrics.items() if k not in ends}
+
+
 def presentation_of(stage: str):
     """The stage's presentation, or None for an experiment with none (a stage renamed since its runs,
     a module of another checkout): compare then shows every metric, and never an import error."""

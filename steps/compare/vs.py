@@ -99,7 +99,7 @@ def stage_changes(jobs: list[dict], this: dict, prev: dict, metrics: dict[str, s
         b = before.loc[cell] if cell in before.index else pd.Series(dtype=object)
         same = n.get("run") == b.get("run")
         moved = "same" if same else "gone" if n.empty else "new" if b.empty else "rerun"
-        row = {"cell": cell, "run": moved, "status": n.get("status", b.get("status"))}
+        row = {"cell": cell, "run": moved, "status": status(n.get("status"), b.get("status"))}
         for title, key in metrics.items():
             v, w = _num(n.get(f"metrics.{key}")), _num(b.get(f"metrics.{key}"))
             delta = None if same or v is None or w is None else v - w
@@ -108,6 +108,11 @@ def stage_changes(jobs: list[dict], this: dict, prev: dict, metrics: dict[str, s
         row["params changed"] = "" if same else params_changed(n, b)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def status(now: str | None, before: str | None) -> str | None:
+    """The cell's status, 'failed→ok' where it changed."""
+    return now if before is None or now is None or now == before else f"{before}→{now}"
 
 
 def _num(v) -> float | None:
