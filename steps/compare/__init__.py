@@ -15,6 +15,7 @@ $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db (steps/tracking/store.py)
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -178,3 +179,5 @@ def main(argv: list[str] | None = None) -> None:
         print(compare(split, args.tracking_uri, **opts))
     except CompareError as exc:
         sys.exit(f"steps.compare: {exc}")
+    except BrokenPipeError:  # `| head`: the reader has what it wanted; no traceback at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

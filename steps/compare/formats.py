@@ -46,7 +46,7 @@ def text_table(table: pd.DataFrame, width: int) -> tuple[str, list[str]]:
         just = str.rjust if numeric(table[name]) else str.ljust
         cells = [clip(str(name)), *(clip(fmt(v)) for v in table[name])]
         w = max(map(len, cells))
-        if out and used + 2 + w > width:
+        if left or (out and used + 2 + w > width):  # in order: the first that does not fit ends the table
             left.append(str(name))
             continue
         out.append([just(c, w) for c in cells])
@@ -96,7 +96,8 @@ def records(table: pd.DataFrame) -> list[dict]:
 
 
 def as_json(tables: dict[str, pd.DataFrame], extra: dict | None = None) -> str:
-    return json.dumps({**(extra or {}), "stages": {s: records(t) for s, t in tables.items()}}, indent=1)
+    out = {**(extra or {}), "stages": {s: records(t) for s, t in tables.items()}}
+    return json.dumps(out, indent=1, ensure_ascii=False)
 
 
 def as_csv(tables: dict[str, pd.DataFrame]) -> str:
