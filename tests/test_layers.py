@@ -31,7 +31,8 @@ TRACKING_ALLOWED = {
     "steps.report.plots",
     "steps.report.render",
     "steps.ui",  # python -m steps.ui: the lab's MLflow app
-    "steps.compare",  # python -m steps.compare: runs of a store side by side
+    "steps.compare",  # python -m steps.compare: runs of a store side by side (run links: steps.tracking.describe)
+    "steps.compare.read",  # ... which reads the store
     "steps.record",  # python -m steps.record: a finished run's dated record, from its store
     "steps.campaign.__main__",  # python -m steps.campaign: opens the campaign's lab run
     "steps.campaign.record",  # python -m steps.campaign.record: a record from a finished run's store

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from steps.tables import fmt, to_markdown
-from steps.tracking.describe import ui_url
+from steps.tracking.describe import report_run_link
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -22,7 +22,7 @@ HEAD_COLUMNS = ["stage", "cells", "ok", "skipped", "failed/missing", "key number
 
 def run_link(ui: str, exp: str, run_id: str) -> str:
     """The run's page, opened in MLflow's model-training view (the UI's default is its GenAI view)."""
-    return ui_url(ui, exp, run_id) if run_id else ""
+    return report_run_link(exp, run_id, ui) if run_id else ""
 
 
 def md_with_links(table: pd.DataFrame, ui: str) -> str:

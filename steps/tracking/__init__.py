@@ -6,6 +6,7 @@ steps.campaign) import this package; library packages never do (tests/test_layer
 mlflow_run.py   the MLflow run of one job: tags, params, buffered metrics, status
 store.py        the tracking store (SQLite lock, retries, one experiment per stage)
 server.py       a tracking server that does not answer: the DAG's preflight, the job's one line
+portable.py     a copied or moved store's artifact locations follow it
 lab.py          the lab run of one `snakemake` invocation
 provenance.py   package versions, git commit
 datasets.py     the job's inputs, logged as MLflow datasets

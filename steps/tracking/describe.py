@@ -82,3 +82,20 @@ def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = Non
     if experiment_id:
         path += f"/{experiment_id}" + (f"/runs/{run_id}" if run_id else "/runs")
     return f"{base.rstrip('/')}{path}?{UI_QUERY}"
+
+
+# Where `python -m steps.ui` serves results/reports/ (the report's HTML and plots), under the UI's base:
+# the report's run links are relative to it, so they open on whatever host, port or prefix serves both.
+REPORT_PATH = "lab/report/"
+
+
+def report_run_link(experiment_id: str, run_id: str, base: str = "") -> str:
+    """A run's UI page as the report links it: under `base` when one is configured (an absolute UI
+    address), else relative to the report's own address as steps.ui serves it (`<base>/lab/report/`):
+    `../../#/experiments/<id>/runs/<run>`, which resolves to the UI that served the report."""
+    return ui_url(base or "../" * REPORT_PATH.count("/"), experiment_id, run_id)
+
+
+def report_url(base: str) -> str:
+    """The report's address under the UI's `base` (what steps.ui prints beside the UI's own)."""
+    return f"{base.rstrip('/')}/{REPORT_PATH}index.html"

@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flask import Flask, Response
+from flask import Flask, Response, send_from_directory
 
+from steps.tracking.describe import REPORT_PATH
+
+REPORTS_ENV = "N00BGPT_REPORTS"  # the folder of the lab's report (python -m steps.ui sets it)
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
 DEFAULT_SCRIPT = (
     "<script>try{if(!localStorage.getItem(%r))localStorage.setItem(%r,'\"machine_learning\"')}catch(e){}</script>"
@@ -47,12 +50,27 @@ def add_default(app: Flask) -> Flask:
     return app
 
 
+def add_report(app: Flask, folder: str | None) -> Flask:
+    """Serve the lab's report (`results/reports/`: index.html, its plots) at `<base>/lab/report/`
+    (describe.REPORT_PATH), so its run links, relative to that address, open this server's run pages."""
+    if not folder:
+        return app
+
+    def report(name: str = "index.html") -> Response:
+        return send_from_directory(folder, name)
+
+    app.add_url_rule(f"/{REPORT_PATH}", "lab_report_index", report)
+    app.add_url_rule(f"/{REPORT_PATH}<path:name>", "lab_report", report)
+    return app
+
+
 def create_app():
     """MLflow's server app plus the default above: FastAPI around Flask under uvicorn (MLflow's
     default server), the Flask app itself under gunicorn/waitress."""
     from mlflow.server import app
 
     add_default(app)
+    add_report(app, os.environ.get(REPORTS_ENV))
     if os.environ.get("_MLFLOW_SGI_NAME", "uvicorn") == "uvicorn":
         from mlflow.server.fastapi_app import create_fastapi_app
 

@@ -92,7 +92,17 @@ def client(uri: str | None = None):
     with write_lock(uri):
         c = MlflowClient(uri)
         retrying(c.search_experiments, max_results=1)  # forces schema creation/migration
+        follow_moved_store(uri)
     return c
+
+
+def follow_moved_store(uri: str) -> None:
+    """A local store opened from another folder than its last (a copied or moved results/): its
+    artifact locations follow it (steps/tracking/portable.py). Call under the store's write lock."""
+    if _is_local_sqlite(uri):
+        from steps.tracking.portable import reroot
+
+        reroot(Path(uri.removeprefix("sqlite:///")))
 
 
 def experiment_name(stage: str) -> str:
