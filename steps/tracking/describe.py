@@ -26,6 +26,8 @@ EXPERIMENT_KIND = "custom_model_development"
 NOTE = "mlflow.note.content"
 KIND = "mlflow.experimentKind"
 UI_QUERY = "workflowType=machine_learning"
+VIEW_KEY = "n00bgpt"  # every experiment's saved runs view: tag mlflow.sharedViewState.<VIEW_KEY> (views.py)
+VIEW_QUERY = f"viewStateShareKey={VIEW_KEY}"
 LAB_DESCRIPTION = (
     "One run per `snakemake` invocation of the n00bGPT lab (its name: `lab run <start time>`). Every job "
     "of that invocation logs its own run in its stage's experiment (`n00bgpt/<stage>`), nested under this "
@@ -76,9 +78,12 @@ def cell_note(stage: str, cell: str, overrides: dict | None, params: dict) -> st
     return f"{head}\n\nOverrides of the stage's section:\n\n| key | value |\n|---|---|\n{rows}"
 
 
-def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = None) -> str:
-    """The UI page of the experiment list, an experiment's runs, or one run, in model-training mode."""
-    path = "/#/experiments"
+def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = None, artifact: str = "") -> str:
+    """The UI page of the experiment list, an experiment's runs (opened on its saved view, steps/tracking/
+    views.py), one run, or one of a run's artifacts, in model-training mode."""
+    path, query = "/#/experiments", UI_QUERY
     if experiment_id:
         path += f"/{experiment_id}" + (f"/runs/{run_id}" if run_id else "/runs")
-    return f"{base.rstrip('/')}{path}?{UI_QUERY}"
+        path += f"/artifacts/{artifact}" if run_id and artifact else ""
+        query += "" if run_id else f"&{VIEW_QUERY}"
+    return f"{base.rstrip('/')}{path}?{query}"
