@@ -18,8 +18,8 @@ SNAKEFILE = """
 rule perf:
     output: "results/perf/{cell}/metrics.json"
     log: "results/logs/perf/{cell}.log"
-    shell: "python -c 'import os, signal; print(\\"step 3/10 |###   |\\"); os.kill(os.getpid(), signal.SIGKILL)' > {log} 2>&1"
-"""
+    shell: "python -c 'KILL_SELF' > {log} 2>&1"
+""".replace("KILL_SELF", 'import os, signal; print(\\"step 3/10 |###   |\\"); os.kill(os.getpid(), signal.SIGKILL)')
 STAGES = ("prepare_corpus", "word2vec", "perf", "sharding", "scale")
 
 
