@@ -1,17 +1,20 @@
-"""The lab run holds the whole story: on a real SQLite store, a lab run of 95 jobs keeps every job in
-its jobs.md / jobs.html artifacts (its description alone would be cut at MLflow's 8,000-character
-tag limit), counts ok / failed / killed / skipped right, and names the signal of a job that real
-Snakemake saw killed by SIGKILL, and of one that caught SIGTERM."""
+"""The lab run holds the whole story, and each stage opens on its numbers. On a real SQLite store, a
+lab run of 95 jobs keeps every job in its jobs.md / jobs.html artifacts (its description alone would
+be cut at MLflow's 8,000-character tag limit), counts ok / failed / killed / skipped right, and names
+the signal of a job that real Snakemake saw killed by SIGKILL, and of one that caught SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from steps.tracking import jobs, lab, store
+from steps.tracking import jobs, lab, store, views
+from steps.tracking.describe import VIEW_KEY, VIEW_QUERY, ui_url
+from steps.tracking.mlflow_run import MlflowRun
 from tests.conftest import clean_env
 
 SNAKEFILE = """
@@ -101,3 +104,39 @@ def test_the_terminal_names_the_signal_not_the_progress_bar(lab_of_95_jobs):
 def test_exit_codes_name_their_signal():
     assert (jobs.exit_signal(137), jobs.exit_signal(-9), jobs.exit_signal(143)) == ("SIGKILL", "SIGKILL", "SIGTERM")
     assert jobs.exit_signal(1) == "" and jobs.exit_signal(0) == ""
+
+
+def test_a_stage_opens_on_its_saved_view(tmp_path, monkeypatch):
+    """Jobs run through the real MlflowRun: the perf experiment's saved view shows its headline and the
+    params its cells differ in, and sorts the baseline first, then the best speedup."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    lab_id = lab.start(uri, {"seed": 1}, "snakemake --cores 2")
+    monkeypatch.setenv("N00BGPT_LAB_RUN", lab_id)
+    cells = {"compile": (1.4, True, 1e-3), "baseline": (1.0, False, 1e-3), "amp": (2.1, False, 1e-3)}
+    cells |= {"slow": (0.7, False, 1e-3), "broken": (None, True, 1e-3)}
+    for cell, (speedup, compile_, lr) in cells.items():
+        run = MlflowRun(uri, "perf", cell, "hash", 1)
+        run.start({"compile": compile_, "lr": lr, "model": {"n_layer": 2}}, {"seed": 1}, {})
+        run.log_metrics({"speedup": speedup, "tokens_per_s": 100.0} if speedup else {})
+        run.end("ok" if speedup else "failed", "" if speedup else "ValueError: no")
+    lab.end(uri, lab_id, "FINISHED")
+
+    c = store.client(uri)
+    exp = c.get_experiment_by_name("n00bgpt/perf")
+    saved = json.loads(exp.tags[views.TAG_PREFIX + VIEW_KEY])  # the envelope 3.17's UI reads
+    assert saved["name"] == "perf" and isinstance(saved["createdAt"], int)
+    view = json.loads(saved["state"])
+    assert view["selectedColumns"][:3] == ["tags.`cell`", "tags.`status`", "metrics.`speedup`"]
+    assert "params.`compile`" in view["selectedColumns"] and "params.`lr`" not in view["selectedColumns"]
+    assert (view["orderByKey"], view["orderByAsc"]) == ("tags.`view_order`", True)
+    runs = c.search_runs([exp.experiment_id], order_by=["tags.`view_order` ASC"])
+    assert [r.data.tags["cell"] for r in runs] == ["baseline", "amp", "compile", "slow", "broken"]
+    assert f"{VIEW_QUERY}" in ui_url("http://h:1", exp.experiment_id)
+    lab_view = views.current(c.get_experiment_by_name("n00bgpt/lab"))
+    assert "metrics.`jobs_killed`" in lab_view["selectedColumns"]
+
+
+def test_order_keys_sort_as_numbers():
+    values = [-3.5, -1e-9, 0.0, 2e-300, 0.5, 1.0, 7.25, 1e300]
+    assert sorted(values, key=views.sortable) == values

@@ -32,6 +32,7 @@ class Job:
     link: str = ""
     signal: str = ""  # the signal's name when killed
     run_id: str = ""
+    experiment_id: str = ""
     run_status: str = ""  # MLflow's (RUNNING for a run its killed job never closed)
 
     @property

@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param
 
 from steps import paths
 from steps.config import cells
-from steps.tracking import store
+from steps.tracking import store, views
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
 from steps.tracking.jobs import Job, classify, command_signals, counts, markdown, signal_of, summary, write_tables
 from steps.tracking.mlflow_run import LAB_RUN_ENV
@@ -70,6 +70,8 @@ def start(uri: str | None, config: dict, command: str = "") -> str:
         run = store.retrying(c.create_run, exp, tags=tags, run_name=name)
         store.retrying(c.log_batch, run.info.run_id, params=[Param(k, v) for k, v in params.items()])
     store.retrying(c.log_text, run.info.run_id, json.dumps(config, indent=1, sort_keys=True), "config.json")
+    with store.write_lock(uri):
+        store.retrying(views.save, c, exp, views.lab_view(), "lab runs")
     return run.info.run_id
 
 
@@ -85,7 +87,7 @@ def jobs_table(c, run_id: str, logs: dict | None = None, commands: dict | None =
         status = "running" if r.info.status == "RUNNING" else t.get("status", r.info.status.lower())
         job = Job(t.get("stage", "?"), t.get("cell", "?"), status, t.get("error") or t.get("reason") or "",
                   link=ui_url("", r.info.experiment_id, r.info.run_id), run_id=r.info.run_id,
-                  run_status=r.info.status)  # fmt: skip
+                  experiment_id=r.info.experiment_id, run_status=r.info.status)  # fmt: skip
         rows.append(classify(job, (logs or {}).get((job.stage, job.cell), ""), commands or {}))
     return rows
 
@@ -164,6 +166,8 @@ def close(uri: str, run_id: str, status: str, logs: dict | None = None, commands
                 store.retrying(c.set_tag, job.run_id, "status", "killed")
                 store.retrying(c.set_tag, job.run_id, "error", job.why)
                 store.retrying(c.set_terminated, job.run_id, "KILLED")
+        for exp, stage in sorted({(j.experiment_id, j.stage) for j in rows}):
+            store.retrying(views.refresh, c, exp, stage)  # the params its cells differ in, as they stand
         metrics = [Metric(f"jobs_{s}", n, ts, 0) for s, n in counts(rows).items()]
         store.retrying(c.log_batch, run_id, metrics=metrics)
         store.retrying(c.set_tag, run_id, NOTE, description(head, status, rows, run.info.experiment_id, run_id))

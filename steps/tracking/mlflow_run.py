@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from steps.tracking import store
+from steps.tracking import store, views
 from steps.tracking.datasets import dataset_inputs
 from steps.tracking.describe import NOTE
 from steps.tracking.provenance import flatten, git_commit, is_number, package_versions
@@ -37,6 +37,7 @@ class MlflowRun:
         self._source: dict[str, str] = {}
         self._buffer: list = []
         self._last_flush = time.monotonic()
+        self._latest: dict[str, float] = {}  # each metric's last value: the run's `view_order` (views.py)
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
         """`about`: module (mlflow.source.name), description (the experiment's), note (the run's),
@@ -47,6 +48,7 @@ class MlflowRun:
         c = self._client = store.client(self.uri)
         self.experiment_id = store.experiment_id(c, self.stage, self.uri, about.get("description", ""))
         self._close_stale_runs()
+        self._save_view()
         commit = git_commit()
         parent = self._lab_run()
         tags = {
@@ -80,6 +82,16 @@ class MlflowRun:
         if datasets:
             with store.write_lock(self.uri):
                 store.retrying(c.log_inputs, self.run_id, datasets=datasets)
+
+    def _save_view(self) -> None:
+        """The experiment's saved runs view (views.py), where it has none yet: the lab run's end writes
+        it again with the params its cells differ in."""
+        try:
+            view = views.stage_view(self.stage)
+        except LookupError:  # a stage with no presentation module: MLflow's own columns
+            return
+        with store.write_lock(self.uri):
+            store.retrying(views.save, self._client, self.experiment_id, view, self.stage, only_if_missing=True)
 
     def _log_params(self, run_id: str, values: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -139,6 +151,8 @@ class MlflowRun:
         self.flush()
         with store.write_lock(self.uri):
             store.retrying(self._client.set_tag, self.run_id, "status", status)
+            order = views.order_key(self.stage, self.cell, self._latest if status == "ok" else {})
+            store.retrying(self._client.set_tag, self.run_id, views.ORDER_TAG, order)
             if status == "skipped":  # MLflow has no such state: FINISHED, and the name says it
                 name = f"{self.stage}:{self.cell} (skipped)"
                 store.retrying(self._client.set_tag, self.run_id, "mlflow.runName", name)
@@ -157,6 +171,7 @@ class MlflowRun:
         for k, v in metrics.items():
             if is_number(v):
                 self._buffer.append(Metric(k, float(v), ts, int(step or 0)))
+                self._latest[k] = float(v)
         if len(self._buffer) >= 500 or time.monotonic() - self._last_flush > 5:
             self.flush()
 
