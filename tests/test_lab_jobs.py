@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from steps.core.stage import presentation
 from steps.tracking import jobs, lab, store, views
 from steps.tracking.describe import VIEW_KEY, VIEW_QUERY, ui_url
 from steps.tracking.mlflow_run import MlflowRun
@@ -140,3 +143,20 @@ def test_a_stage_opens_on_its_saved_view(tmp_path, monkeypatch):
 def test_order_keys_sort_as_numbers():
     values = [-3.5, -1e-9, 0.0, 2e-300, 0.5, 1.0, 7.25, 1e300]
     assert sorted(values, key=views.sortable) == values
+
+
+def test_training_runs_log_system_metrics_until_they_end(tmp_path, monkeypatch):
+    """MLflow's own system metrics on a job run that asks for them; the sampling thread ends with it."""
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = MlflowRun(uri, "gpt_train", "main", "hash", 1)
+    run.start({"lr": 1e-3}, {}, {"system_metrics": presentation("gpt_train").system_metrics})
+    time.sleep(1.0)
+    run.end("ok")
+    assert not [t for t in threading.enumerate() if t.name == "SystemMetricsMonitor"]
+    logged = store.client(uri).get_run(run.run_id).data.metrics
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(logged)
+    untracked = MlflowRun(uri, "perf", "main", "hash", 1)
+    untracked.start({}, {}, {"system_metrics": presentation("perf").system_metrics})
+    untracked.end("ok")
+    assert not [k for k in store.client(uri).get_run(untracked.run_id).data.metrics if k.startswith("system/")]

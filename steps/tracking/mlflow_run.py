@@ -38,6 +38,7 @@ class MlflowRun:
         self._buffer: list = []
         self._last_flush = time.monotonic()
         self._latest: dict[str, float] = {}  # each metric's last value: the run's `view_order` (views.py)
+        self._system = None  # MLflow's SystemMetricsMonitor, for stages that train (about["system_metrics"])
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
         """`about`: module (mlflow.source.name), description (the experiment's), note (the run's),
@@ -78,10 +79,34 @@ class MlflowRun:
         values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(shown).items()}
         values.update({f"common.{k}": str(v) for k, v in flatten(common).items()})
         self._log_params(self.run_id, values)
+        if about.get("system_metrics"):
+            self._start_system_metrics()
         datasets = dataset_inputs(about.get("inputs") or {})
         if datasets:
             with store.write_lock(self.uri):
                 store.retrying(c.log_inputs, self.run_id, datasets=datasets)
+
+    def _start_system_metrics(self) -> None:
+        """MLflow's own system metrics (system/cpu_utilization_percentage, memory, disk, network; GPU
+        where pynvml finds one) sampled by its thread every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+        seconds (10): one psutil read and one small batch each, off the training thread, nothing
+        it computes. Its writes take the store's lock like ours; `end` stops the thread."""
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(self.run_id, tracking_uri=self.uri)
+        except Exception as exc:  # noqa: BLE001 - e.g. psutil missing: the run goes on without them
+            print(f"MLflow system metrics off: {type(exc).__name__}: {exc}")
+            return
+        client, log_batch = monitor.mlflow_logger.client, monitor.mlflow_logger.client.log_batch
+
+        def locked_log_batch(*args, **kwargs):
+            with store.write_lock(self.uri):
+                return store.retrying(log_batch, *args, **kwargs)
+
+        client.log_batch = locked_log_batch
+        monitor.start()
+        self._system = monitor
 
     def _save_view(self) -> None:
         """The experiment's saved runs view (views.py), where it has none yet: the lab run's end writes
@@ -148,6 +173,9 @@ class MlflowRun:
     def end(self, status: str, reason: str = "") -> None:
         if not self.run_id:
             return
+        if self._system is not None:  # before the lock: its last write waits for it
+            self._system.finish()
+            self._system = None
         self.flush()
         with store.write_lock(self.uri):
             store.retrying(self._client.set_tag, self.run_id, "status", status)
