@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 EXPERIMENT_KIND = "custom_model_development"
@@ -46,10 +47,20 @@ def module_summary(module: str) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def md_escape(text: str) -> str:
+    """Text as Markdown shows it literally: `*`, `\\` and a `_` that could open or close emphasis
+    outside code spans escaped (a docstring's `__main__.py` is not bold `main.py`; `gpt_train` stays
+    as it is); code spans stay as written."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside backticks
+        parts[i] = re.sub(r"\\|\*|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", lambda m: "\\" + m.group(0), parts[i])
+    return "`".join(parts)
+
+
 def stage_description(module: str, columns: dict | None = None, headline: tuple | None = None) -> str:
     """Markdown for a stage's experiment: the module's summary and the report table it feeds."""
     stage = module.rpartition(".")[2]
-    lines = [module_summary(module) or f"Stage `{stage}`.", ""]
+    lines = [md_escape(module_summary(module)) or f"Stage `{stage}`.", ""]
     if stage == "report":
         lines.append("Writes `results/reports/index.md` / `index.html` from every other stage's runs.")
     else:
@@ -68,7 +79,7 @@ def stage_description(module: str, columns: dict | None = None, headline: tuple 
 def cell_note(stage: str, cell: str, overrides: dict | None, params: dict) -> str:
     """Markdown note of a job's run: which cell it is and how it differs from its stage's section."""
     desc = params.get("desc") if isinstance(params.get("desc"), str) else ""
-    head = f"Cell `{cell}` of stage `{stage}`" + (f": {desc}" if desc else ".")
+    head = f"Cell `{cell}` of stage `{stage}`" + (f": {md_escape(desc)}" if desc else ".")
     if overrides is None:
         return head + "\n\nRun by hand (not from the Snakefile): the parameters tab has the resolved config."
     shown = {k: v for k, v in overrides.items() if k != "desc"}
