@@ -13,7 +13,6 @@ the report's own (steps/report/gather.py: `headline_row`), recomputed from its t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -27,6 +26,7 @@ import pandas as pd
 from steps.campaign.record import slug
 from steps.compare import CompareError, open_store
 from steps.config import config_hash
+from steps.core.cli import parser as cli_parser
 from steps.core.stage import presentation
 from steps.report.gather import headline_row
 from steps.tables import to_markdown
@@ -197,7 +197,7 @@ def write_record(folder: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m steps.record", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.record", __doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, help="a finished DAG's results/ folder (or the folder holding it)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"), help="where the record goes (docs/results)")
     args = ap.parse_args(argv)

@@ -100,7 +100,7 @@ def test_mlflow_model_of_the_run_loads_and_generates(job, ours, tok):
     mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")
     info = mlflow.models.get_model_info(uri)  # what the model page shows: signature and input example
     assert [i.type for i in info.signature.inputs.inputs] == [mlflow.types.DataType.string]
-    assert "max_new_tokens" in info.signature.params.input_names()
+    assert "max_new_tokens" in [p.name for p in info.signature.params.params]
     assert info.saved_input_example_info["type"] and info.load_input_example() is not None
     pipe = mlflow.transformers.load_model(uri)
     for prompt in PROMPTS:

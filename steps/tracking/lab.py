@@ -12,7 +12,6 @@ in the terminal (Snakemake's own message only points at the log file).
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import json
 import os
@@ -27,6 +26,7 @@ from mlflow.entities import Metric, Param
 
 from steps import paths
 from steps.config import cells
+from steps.core.cli import parser as cli_parser
 from steps.tracking import store, views
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
 from steps.tracking.jobs import Job, classify, command_signals, counts, markdown, signal_of, summary, write_tables
@@ -190,7 +190,7 @@ def description(head: str, status: str, rows: list[Job], exp: str, run_id: str, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m steps.tracking.lab", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.tracking.lab", __doc__.split("\n\n")[0])
     ap.add_argument("action", choices=["start", "end"])
     ap.add_argument("--uri", default=None, help="tracking URI (default: MLFLOW_TRACKING_URI, else results/mlflow.db)")
     ap.add_argument("--run-id", default=os.environ.get(LAB_RUN_ENV))
