@@ -53,13 +53,15 @@ def headline_metric(stage: str) -> tuple[str, bool] | None:
 
 
 def stage_columns(stage: str, params: list[str] = ()) -> list[str]:
-    """The stage's view columns: cell and status, the headline first, the report's metrics and params,
-    then `params` (the keys its cells differ in), at most MAX_PARAMS of those."""
+    """The stage's view columns: cell and status, the headline, the params that tell the cells apart
+    (the report's, then `params`: the keys its cells differ in, at most MAX_PARAMS of those), then the
+    report's other metrics."""
     shown = presentation(stage)
     head = headline_metric(stage)
     refs = [f"metrics.{head[0]}"] if head else []
-    refs += [r for r in shown.columns.values() if r.startswith(("metrics.", "params.")) and r not in refs]
+    refs += [r for r in shown.columns.values() if r.startswith("params.")]
     refs += [f"params.{p}" for p in params if f"params.{p}" not in refs][:MAX_PARAMS]
+    refs += [r for r in shown.columns.values() if r.startswith("metrics.") and r not in refs]
     return ["tags.`cell`", "tags.`status`", *map(column, refs)]
 
 
