@@ -6,6 +6,7 @@ the signal of a job that real Snakemake saw killed by SIGKILL, and of one that c
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from steps.core.stage import presentation
 from steps.tracking import jobs, lab, store, views
 from steps.tracking.describe import VIEW_KEY, VIEW_QUERY, ui_url
 from steps.tracking.mlflow_run import MlflowRun
-from tests.conftest import clean_env
+from tests.conftest import TINY_TRAIN, clean_env, run_stage, stage_params
 
 SNAKEFILE = """
 rule perf:
@@ -160,3 +161,20 @@ def test_training_runs_log_system_metrics_until_they_end(tmp_path, monkeypatch):
     untracked.start({}, {}, {"system_metrics": presentation("perf").system_metrics})
     untracked.end("ok")
     assert not [k for k in store.client(uri).get_run(untracked.run_id).data.metrics if k.startswith("system/")]
+
+
+def test_system_metrics_sampling_changes_no_number(gpt_data_dir, monkeypatch):
+    """A real gpt_train job sampled every 50 ms and one whose sampler idles (1000 s): the same losses,
+    bit for bit; the sampled one has its system metrics (RoPE: no HF export, to keep it short)."""
+    params = stage_params("gpt_train", **TINY_TRAIN)
+    params["model"]["pos"] = "rope"
+    folder, recs = gpt_data_dir / "results" / "gpt_train" / "sysmetrics", {}
+    for interval in ("0.05", "1000"):
+        shutil.rmtree(folder, ignore_errors=True)  # no resume from the other run's checkpoint
+        monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", interval)
+        run_stage(gpt_data_dir, "gpt_train", params, cell="sysmetrics")
+        recs[interval] = json.loads((folder / "metrics.json").read_text())
+    for key in ("val_loss_initial", "val_loss_final", "steps", "n_params_non_embedding"):
+        assert recs["0.05"]["metrics"][key] == recs["1000"]["metrics"][key], key
+    c = store.client(f"sqlite:///{gpt_data_dir / 'results' / 'mlflow.db'}")
+    assert "system/cpu_utilization_percentage" in c.get_run(recs["0.05"]["run_id"]).data.metrics
