@@ -3,19 +3,20 @@
     python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt --prompt "ROMEO:"
     python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt          # interactive
 Options pick the decoder: greedy (default --temperature 0), sampling (--temperature/--top-k/
---top-p), or beam search (--beams N).
+--top-p), or beam search (--beams N). Whitespace the terminal would hide is shown (⏎ newline,
+· space, → tab, ∅ nothing): a small model often emits only that.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer
 
-from steps.models.generate import beam_search, generate
+from steps.core.cli import parser
+from steps.models.generate import WHITESPACE_NOTE, beam_search, generate, visible
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 
 
@@ -66,15 +67,15 @@ def complete(
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m steps.chat", description=__doc__.split("\n")[0])
-    ap.add_argument("--checkpoint", default="results/gpt_train/main/ckpt.pt")
+    ap = parser("python -m steps.chat", __doc__.split("\n")[0])
+    ap.add_argument("--checkpoint", default="results/gpt_train/main/ckpt.pt", help="gpt_train's checkpoint")
     ap.add_argument("--prompt", help="complete this and exit (default: interactive)")
-    ap.add_argument("--max-new-tokens", type=int, default=60)
+    ap.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int)
-    ap.add_argument("--top-p", type=float)
-    ap.add_argument("--beams", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-k", type=int, help="sample from the k likeliest tokens only")
+    ap.add_argument("--top-p", type=float, help="sample from the smallest set of tokens with this total probability")
+    ap.add_argument("--beams", type=int, default=1, help="beam search with this many beams (1 = off)")
+    ap.add_argument("--seed", type=int, default=0, help="the sampler's seed")
     a = ap.parse_args(argv)
     model, tok = load(a.checkpoint)
     kw = dict(
@@ -85,14 +86,26 @@ def main(argv=None):
         beams=a.beams,
         seed=a.seed,
     )
+    noted = False
+
+    def show(prompt: str) -> None:
+        """Prompt and completion, whitespace made visible; the legend once, on stderr."""
+        nonlocal noted
+        text = prompt + complete(model, tok, prompt, **kw)
+        shown = visible(text)
+        print(shown)
+        if shown != text and not noted:
+            print(WHITESPACE_NOTE, file=sys.stderr)
+            noted = True
+
     if a.prompt is not None:
-        print(a.prompt + complete(model, tok, a.prompt, **kw))
+        show(a.prompt)
         return
     print("prompt> (empty line or Ctrl-D to quit)")
     for line in sys.stdin:
         if not line.strip():
             break
-        print(line.rstrip("\n") + complete(model, tok, line.rstrip("\n"), **kw))
+        show(line.rstrip("\n"))
         print("prompt> ", end="", flush=True)
 
 

@@ -26,7 +26,7 @@ from steps.analytic.flops import flops_per_token
 from steps.core import InputError, Stage, StageRun
 from steps.hardware import mfu, peak_flops
 from steps.models.bench import bench_dtypes, run_benchmark
-from steps.models.generate import beam_search, generate
+from steps.models.generate import WHITESPACE_NOTE, beam_search, generate, visible
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.hf_export import export_cell
 from steps.models.train_config import GptTrainConfig, Samples
@@ -109,7 +109,7 @@ def plot_curves(ctx, history):
 
 def write_samples(ctx, s: Samples, model, tok, device) -> None:
     g = torch.Generator().manual_seed(ctx.seed)
-    lines = [f"# Samples from gpt_train:{ctx.cell}\n"]
+    lines = [f"# Samples from gpt_train:{ctx.cell}\n", f"{WHITESPACE_NOTE}\n"]
     for prompt in s.prompts:
         ids = torch.tensor([tok(prompt)["input_ids"] or [tok.eos_token_id]], device=device)
         ways = {
@@ -131,7 +131,7 @@ def write_samples(ctx, s: Samples, model, tok, device) -> None:
         }
         lines.append(f"## Prompt: {prompt!r}\n")
         for name, seq in ways.items():
-            lines.append(f"**{name}**\n\n```\n{tok.decode(seq[0].tolist())}\n```\n")
+            lines.append(f"**{name}**\n\n```\n{visible(tok.decode(seq[0].tolist()))}\n```\n")
     ctx.log_text("\n".join(lines), "samples.md")
 
 

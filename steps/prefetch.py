@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from steps.config import ConfigError, validate_config
+from steps.core.cli import parser as cli_parser
 from steps.hub import Asset, config_layers, hub_assets, is_cached, prefetch_command
 
 MODEL_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".jinja")  # config, tokenizer, templates
@@ -32,7 +33,7 @@ class Unreachable(Exception):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m steps.prefetch", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.prefetch", __doc__.split("\n\n")[0])
     ap.add_argument(
         "--configfile",
         "--configfiles",

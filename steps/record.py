@@ -14,7 +14,6 @@ the report's own (steps/report/gather.py: `headline_row`), recomputed from its t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -28,6 +27,7 @@ import pandas as pd
 from steps.campaign.record import slug
 from steps.compare import CompareError, open_store
 from steps.config import config_hash
+from steps.core.cli import parser as cli_parser
 from steps.core.stage import presentation
 from steps.report.gather import headline_row
 from steps.tables import to_markdown
@@ -217,7 +217,7 @@ def publish_command(root: Path, check: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m steps.record", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.record", __doc__.split("\n\n")[0])
     ap.add_argument("results", type=Path, nargs="?", help="a finished DAG's results/ folder (or the folder holding it)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"), help="where the record goes (docs/results)")
     ap.add_argument("--publish", action="store_true", help="rewrite the record blocks of README and docs/")

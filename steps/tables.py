@@ -9,7 +9,9 @@ if TYPE_CHECKING:  # only a type here: every job imports this module, pandas cos
     import pandas as pd
 
 
-def fmt(value, digits: int = 4) -> str:
+def fmt(value, digits: int = 4, markdown: bool = True) -> str:
+    """A table cell's text: numbers to `digits` significant digits, text on one line (its `|`
+    escaped for a Markdown table; HTML cells pass markdown=False)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
@@ -18,7 +20,8 @@ def fmt(value, digits: int = 4) -> str:
         if value != 0 and (abs(value) < 10 ** -(digits - 1) or abs(value) >= 1e6):
             return f"{value:.{digits - 1}e}"
         return f"{value:.{digits}g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    text = str(value).replace("\n", " ")
+    return text.replace("|", "\\|") if markdown else text
 
 
 def to_markdown(df: pd.DataFrame, digits: int = 4) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from steps.models.generate import beam_search, filter_logits, generate
+from steps.models.generate import beam_search, filter_logits, generate, visible
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 
 torch.set_num_threads(1)
@@ -119,3 +119,29 @@ def test_greedy_stops_on_eos():
     assert out[1].tolist() == [2, 2, 2, 2, 2, 2]
     out = generate(toy, torch.tensor([[0]]), 5, eos_token_id=3, use_cache=False)
     assert out.tolist() == [[0, 3]]  # all done: stop early
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("", "∅"),
+        ("\n\n", "⏎\n⏎\n"),
+        ("  \n ", "··⏎\n·"),
+        ("the king is dead", "the king is dead"),
+        ("the king\n\nwas  here ", "the king⏎\n⏎\nwas··here·"),
+        ("a\tb", "a→b"),
+    ],
+)
+def test_whitespace_a_terminal_hides_is_shown(text, shown):
+    """A small model's whitespace-only output would print as blank lines (chat, samples.md)."""
+    assert visible(text) == shown
+
+
+def test_cli_help_shows_defaults(capsys):
+    from steps.chat import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 60)" in out and "(default: results/gpt_train/main/ckpt.pt)" in out
+    assert "(default: None)" not in out

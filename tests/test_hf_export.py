@@ -5,6 +5,7 @@ Reference for every generation: our own greedy `steps.models.generate` on the jo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,6 +99,11 @@ def test_mlflow_model_of_the_run_loads_and_generates(job, ours, tok):
     assert runs.loc[runs.run_id == record["run_id"], "status"].item() == "FINISHED"
 
     mlflow.set_tracking_uri(f"sqlite:///{work / 'results' / 'mlflow.db'}")
+    info = mlflow.models.get_model_info(uri)  # what the model page shows: signature and input example
+    assert [i.type for i in info.signature.inputs.inputs] == [mlflow.types.DataType.string]
+    assert "max_new_tokens" in [p.name for p in info.signature.params.params]
+    example = Path(mlflow.artifacts.download_artifacts(uri)) / info.saved_input_example_info["artifact_path"]
+    assert "the king" in example.read_text()
     pipe = mlflow.transformers.load_model(uri)
     for prompt in PROMPTS:
         got = pipe(prompt, max_new_tokens=N_NEW, do_sample=False, return_tensors=True)[0]["generated_token_ids"]

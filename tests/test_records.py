@@ -68,7 +68,7 @@ def test_record_of_a_finished_run(finished_run, tmp_path):
     assert f"- **commit**: {commit}\n" in text
     assert f"- **config hash**: {config_hash(config)} " in text
     assert f"- **command**: `{COMMAND}`\n" in text
-    assert "(jobs: 0 failed, 3 ok, 0 skipped)" in text
+    assert "(jobs: 0 failed, 0 killed, 3 ok, 0 skipped)" in text
 
     for stage, key, label in (
         ("prepare_corpus", "train_words", "words in the train split"),

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from steps.campaign.wheels import install_wheels
+from steps.core.cli import parser as cli_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDED = ("yaml", "jsonschema", "mlflow", "pandas", "torch", "tqdm")  # what every cell and this command import
@@ -23,7 +24,7 @@ CONFIGS = {False: ROOT / "configs" / "gpu-campaign.yaml", True: ROOT / "configs"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="scripts/gpu-campaign", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("scripts/gpu-campaign", __doc__.split("\n\n")[0])
     ap.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes (configs/gpu-rehearse.yaml)")
     ap.add_argument("--config", type=Path, help="campaign file (default: configs/gpu-campaign.yaml, or -rehearse)")
     ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 540)")

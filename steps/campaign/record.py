@@ -14,7 +14,6 @@ lab run and the environment from this machine, and says so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import re
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.core.cli import parser as cli_parser
 from steps.presentation.perf import SHOWN as PERF
 from steps.tables import fmt, to_markdown
 from steps.tracking.provenance import cpu_model, git_commit, package_versions
@@ -253,7 +253,7 @@ def write_record(out: Path, to: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m steps.campaign.record", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.campaign.record", __doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a campaign's --out folder, or a DAG's working folder")
     ap.add_argument("--to", type=Path, help="where the record goes (default FOLDER/docs/results)")
     args = ap.parse_args(argv)

@@ -19,6 +19,18 @@ class JobArgs:
     mlflow: bool
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows each option's default ("(default: 60)"), except where there is none (None, "")."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default in (None, "") else super()._get_help_string(action)
+
+
+def parser(prog: str, description: str | None = None) -> argparse.ArgumentParser:
+    """The lab's command lines: one parser style, whose `--help` shows the defaults."""
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=DefaultsFormatter)
+
+
 def _pairs(items: list[str], flag: str, ap: argparse.ArgumentParser) -> dict[str, str]:
     out = {}
     for item in items or []:
@@ -30,7 +42,7 @@ def _pairs(items: list[str], flag: str, ap: argparse.ArgumentParser) -> dict[str
 
 
 def parse_args(prog: str, argv: list[str] | None = None) -> JobArgs:
-    ap = argparse.ArgumentParser(prog=prog)
+    ap = parser(prog)
     ap.add_argument("--cfg", required=True, help="resolved cell config as JSON (from the Snakefile)")
     ap.add_argument("--input", action="append", metavar="NAME=PATH", help="a named input of the rule")
     ap.add_argument(

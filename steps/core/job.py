@@ -72,6 +72,7 @@ def run_job(stage, argv: list[str] | None = None) -> None:
         "description": stage_description(stage.module, dict(stage.columns), stage.headline),
         "note": cell_note(name, cell, args.cfg.get("overrides"), params),
         "params_shown": stage.params_used(params) if stage.params_used else params,
+        "system_metrics": stage.system_metrics,
     }
     uri = (common.get("tracking") or {}).get("uri")
 

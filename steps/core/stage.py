@@ -33,6 +33,8 @@ section from its Presentation:
             the whole resolved config
   columns_for  f(params) -> the column titles a cell of these params fills, where a stage's cells
             measure different things (miniTorch: ops, GPT, classifier); None = every column
+  system_metrics  True for stages that train: their runs log MLflow's system metrics (CPU, memory;
+            GPU on CUDA), steps/tracking/mlflow_run.py
 
 tests/test_stage_contract.py checks every column against what `run` returned on the smoke DAG.
 """
@@ -64,6 +66,7 @@ class Presentation:
     figures: Callable | None = None
     params_used: Callable[[dict], dict] | None = None
     columns_for: Callable[[dict], Sequence[str]] | None = None
+    system_metrics: bool = False
 
     def __post_init__(self):
         where = getattr(self, "module", "Presentation")

@@ -8,6 +8,8 @@ object with .logits and .past_key_values (ours, or a toy one in the tests).
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 
@@ -145,3 +147,24 @@ def beam_search(
     best_score, best = max(finished, key=lambda x: x[0])
     model.train(was_training)
     return best[None], best_score
+
+
+WHITESPACE_NOTE = "(⏎ = newline, · = a space you would not see, → = tab: the model's output as it came)"
+
+
+def visible(text: str) -> str:
+    """Decoded text with the whitespace a terminal or a Markdown block would hide made visible: a
+    small model often emits only newlines and spaces, which print as blank lines. Newlines show as
+    ⏎ (and still break the line), tabs as →, and spaces as · where they lead, trail or repeat (or
+    make up the whole text); an empty completion shows as ∅."""
+    if not text:
+        return "∅"
+    if not text.strip():
+        return text.replace(" ", "·").replace("\t", "→").replace("\n", "⏎\n")
+    out = []
+    for line in text.split("\n"):
+        body = line.strip(" ")
+        lead, trail = len(line) - len(line.lstrip(" ")), len(line) - len(line.rstrip(" "))
+        body = re.sub(r" {2,}", lambda m: "·" * len(m.group(0)), body).replace("\t", "→")
+        out.append("·" * lead + body + "·" * trail if body else "·" * len(line))
+    return "⏎\n".join(out)

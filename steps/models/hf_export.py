@@ -33,6 +33,7 @@ from steps.models.hf_convert import hf_config_from_ours, to_hf
 LOGIT_TOL = 1e-5  # logit_error of the reloaded HF model vs ours, fp32: fused vs split q/k/v differ ~1e-7
 FOLDER = "hf"
 MODEL_NAME = "gpt"
+INPUT_EXAMPLE = ["the king"]  # a prompt: the logged model's signature and its page's input example
 
 
 def unsupported(config) -> str | None:
@@ -92,7 +93,7 @@ def signature(max_new_tokens: int):
     """Text in, text out, with the generation settings a caller may pass as `params`."""
 
     params = {"max_new_tokens": max_new_tokens, "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0}
-    return infer_signature(["the king"], ["the king is dead"], params=params)
+    return infer_signature(INPUT_EXAMPLE, ["the king is dead"], params=params)
 
 
 def requirements() -> list[str]:
@@ -115,6 +116,7 @@ def log_model(pipe, run_id: str, experiment_id: str, uri: str, max_new_tokens: i
             run_id=run_id,
             model_id=model.model_id,
             signature=signature(max_new_tokens),
+            input_example=INPUT_EXAMPLE,  # the model page's example; MLflow checks it loads and predicts
             pip_requirements=requirements(),
         )
     return info.model_uri

@@ -21,5 +21,6 @@ SHOWN = Presentation(
     headline=("best test MAP@3 (chance 0.367)", "MAP@3", "max"),
     headline_of=("test questions", "test questions"),
     curves=["loss"],  # validation MAP@3 is evaluated once an epoch: a point, not a curve, at 1 epoch
+    system_metrics=True,  # a training job: CPU, memory (GPU on CUDA) in its run's system metrics
     tables=["test_by_template"],
 )

@@ -12,6 +12,7 @@ curves, tables, figures), read from the stage's own module.
   gather.py   records, MLflow runs, one table per stage
   plots.py    learning curves from MLflow histories
   render.py   Markdown and HTML
+  header.py   the header's date, commit, machine and command, from the runs' provenance
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from steps.core.stage import Stage, presentation
 from steps.presentation.report import SHOWN
 from steps.report.config import ReportConfig
 from steps.report.gather import fetch_runs, headline_row, load_cell, logged_tables, stage_table
+from steps.report.header import provenance
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
 from steps.tracking import store
@@ -74,8 +76,9 @@ def run(ctx: StageRun) -> dict:
         head = pd.DataFrame(columns=HEAD_COLUMNS)
     title = p.title
     index_md, index_htm = Path(ctx.outputs["index"]), Path(ctx.outputs["html"])
-    index_md.write_text(index_markdown(title, ui, head, md_sections))
-    index_htm.write_text(index_html(title, ui, head, html_sections))
+    facts = provenance(client, runs)  # date, commit, machine, command: from the runs, not this host
+    index_md.write_text(index_markdown(title, ui, head, md_sections, facts))
+    index_htm.write_text(index_html(title, ui, head, html_sections, facts))
     for path in (index_md, index_htm):
         ctx.log_artifact(path)
     return {f"cells_{k}": v for k, v in counts.items()}

@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
 from steps.tracking.describe import report_run_link
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-    "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;"
-    "padding:3px 7px;text-align:right}th{background:#f0f0f0}tr.failed,tr.missing{background:#fdd}"
-    "tr.skipped{background:#ffd}img{max-width:100%}"
+    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
+    "padding:3px 7px;text-align:left;vertical-align:top}th{background:#f0f0f0}"
+    ".num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
+    ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"  # a wide table scrolls in its own box
+    "tr.failed,tr.missing{background:#fdd}tr.skipped{background:#ffd}img{max-width:100%}"
+    "dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 1em}dl.meta dd{margin:0}"
 )
 HEAD_COLUMNS = ["stage", "cells", "ok", "skipped", "failed/missing", "key number", "experiment_id", "run_id"]
 
@@ -33,21 +37,46 @@ def md_with_links(table: pd.DataFrame, ui: str) -> str:
     return to_markdown(shown)
 
 
-def html_table(table: pd.DataFrame, ui: str) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns if c != "experiment_id")
+def is_numeric(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numeric_columns(table: pd.DataFrame) -> set:
+    """Columns whose filled cells are all numbers: right-aligned (text stays left)."""
+    out = set()
+    for c in table.columns:
+        filled = [v for v in table[c] if fmt(v, markdown=False) != ""]
+        if filled and all(is_numeric(v) for v in filled):
+            out.add(c)
+    return out
+
+
+def html_table(table: pd.DataFrame, ui: str = "") -> str:
+    """An HTML table in its own scrolling box: numbers right-aligned, text left, run ids linked."""
+    shown = [c for c in table.columns if c != "experiment_id"]
+    num = numeric_columns(table)
+
+    def attr(c) -> str:
+        return ' class="num"' if c in num else ""
+
+    head = "".join(f"<th{attr(c)}>{html.escape(str(c))}</th>" for c in shown)
     body = []
     for _, row in table.iterrows():
         cells = []
-        for c in table.columns:
-            if c == "experiment_id":
-                continue
+        for c in shown:
             v = row[c]
-            if c == "run_id" and v:
+            if c == "run_id" and v and "experiment_id" in table:
                 cells.append(f'<td><a href="{run_link(ui, row["experiment_id"], v)}">{v[:8]}</a></td>')
             else:
-                cells.append(f"<td>{html.escape(fmt(v))}</td>")
+                cells.append(f"<td{attr(c)}>{html.escape(fmt(v, markdown=False))}</td>")
         body.append(f'<tr class="{html.escape(str(row.get("status", "")))}">{"".join(cells)}</tr>')
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
+
+
+def experiment_link(table: pd.DataFrame, ui: str) -> str:
+    """The stage's experiment in the UI, opened on its saved view (steps/tracking/views.py)."""
+    exps = [e for e in table.get("experiment_id", []) if e]
+    return report_run_link(exps[0], None, ui) if exps else ""
 
 
 def embed(png: Path) -> str:
@@ -56,33 +85,45 @@ def embed(png: Path) -> str:
 
 
 def stage_markdown(stage: str, table: pd.DataFrame, extra: dict[str, pd.DataFrame], figs: list[Path], ui: str) -> str:
-    md = f"## {stage}\n\n" + md_with_links(table, ui)
+    link = experiment_link(table, ui)
+    md = f"## {stage}\n\n" + (f"[All runs in MLflow]({link})\n\n" if link else "") + md_with_links(table, ui)
     md += "".join(f"\n### {stage}: {name}\n\n{to_markdown(df)}" for name, df in extra.items())
     md += "".join(f"\n![{f.stem}](plots/{f.name})\n" for f in figs)
     return md
 
 
 def stage_html(stage: str, table: pd.DataFrame, extra: dict[str, pd.DataFrame], figs: list[Path], ui: str) -> str:
+    link = experiment_link(table, ui)
     return (
-        f"<h2 id='{stage}'>{stage}</h2>"
+        f"<h2 id='{html.escape(stage)}'>{html.escape(stage)}</h2>"
+        + (f"<p><a href='{html.escape(link)}'>All runs in MLflow</a></p>" if link else "")
         + html_table(table, ui)
-        + "".join(f"<h3>{stage}: {html.escape(n)}</h3>{df.to_html(index=False)}" for n, df in extra.items())
+        + "".join(f"<h3>{html.escape(stage)}: {html.escape(n)}</h3>{html_table(df)}" for n, df in extra.items())
         + "".join(embed(f) for f in figs)
     )
 
 
-def index_markdown(title: str, ui: str, head: pd.DataFrame, sections: list[str]) -> str:
+def index_markdown(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:
+    """index.md: title, provenance, contents, the headline table, every stage's section."""
+    meta = "".join(f"- **{label}**: {value}\n" for label, value in header_lines(facts or {}))
+    stages = [s.split("\n", 1)[0].removeprefix("## ") for s in sections]
+    toc = " · ".join(f"[{s}](#{s.lower()})" for s in ["Headline", *stages])
     intro = (
-        f"# {title}\n\nEvery row links to its MLflow run (serve the store with "
-        f"`python -m steps.ui`, then open {ui}).\n\n"
+        f"# {title}\n\n{meta}\nEvery row links to its MLflow run (serve the store with "
+        f"`python -m steps.ui`, then open {ui}).\n\n**Contents**: {toc}\n\n"
     )
     return intro + "## Headline\n\n" + md_with_links(head, ui) + "\n" + "\n".join(sections)
 
 
-def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str]) -> str:
+def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:
+    """index.html: the same, with a table of contents and the wide tables scrolling in their boxes."""
+    meta = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in header_lines(facts or {}))
+    stages = [s.split("id='", 1)[1].split("'", 1)[0] for s in sections]
+    toc = "".join(f"<li><a href='#{s}'>{s}</a></li>" for s in ["headline", *stages])
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><h2>Headline</h2>"
+        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><dl class='meta'>{meta}</dl>"
+        f"<nav><b>Contents</b><ul>{toc}</ul></nav><h2 id='headline'>Headline</h2>"
         + html_table(head, ui)
         + "".join(sections)
         + "</body></html>"

@@ -20,12 +20,15 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 EXPERIMENT_KIND = "custom_model_development"
 NOTE = "mlflow.note.content"
 KIND = "mlflow.experimentKind"
 UI_QUERY = "workflowType=machine_learning"
+VIEW_KEY = "n00bgpt"  # every experiment's saved runs view: tag mlflow.sharedViewState.<VIEW_KEY> (views.py)
+VIEW_QUERY = f"viewStateShareKey={VIEW_KEY}"
 LAB_DESCRIPTION = (
     "One run per `snakemake` invocation of the n00bGPT lab (its name: `lab run <start time>`). Every job "
     "of that invocation logs its own run in its stage's experiment (`n00bgpt/<stage>`), nested under this "
@@ -44,10 +47,20 @@ def module_summary(module: str) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def md_escape(text: str) -> str:
+    """Text as Markdown shows it literally: `*`, `\\` and a `_` that could open or close emphasis
+    outside code spans escaped (a docstring's `__main__.py` is not bold `main.py`; `gpt_train` stays
+    as it is); code spans stay as written."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside backticks
+        parts[i] = re.sub(r"\\|\*|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])", lambda m: "\\" + m.group(0), parts[i])
+    return "`".join(parts)
+
+
 def stage_description(module: str, columns: dict | None = None, headline: tuple | None = None) -> str:
     """Markdown for a stage's experiment: the module's summary and the report table it feeds."""
     stage = module.rpartition(".")[2]
-    lines = [module_summary(module) or f"Stage `{stage}`.", ""]
+    lines = [md_escape(module_summary(module)) or f"Stage `{stage}`.", ""]
     if stage == "report":
         lines.append("Writes `results/reports/index.md` / `index.html` from every other stage's runs.")
     else:
@@ -66,7 +79,7 @@ def stage_description(module: str, columns: dict | None = None, headline: tuple 
 def cell_note(stage: str, cell: str, overrides: dict | None, params: dict) -> str:
     """Markdown note of a job's run: which cell it is and how it differs from its stage's section."""
     desc = params.get("desc") if isinstance(params.get("desc"), str) else ""
-    head = f"Cell `{cell}` of stage `{stage}`" + (f": {desc}" if desc else ".")
+    head = f"Cell `{cell}` of stage `{stage}`" + (f": {md_escape(desc)}" if desc else ".")
     if overrides is None:
         return head + "\n\nRun by hand (not from the Snakefile): the parameters tab has the resolved config."
     shown = {k: v for k, v in overrides.items() if k != "desc"}
@@ -76,12 +89,15 @@ def cell_note(stage: str, cell: str, overrides: dict | None, params: dict) -> st
     return f"{head}\n\nOverrides of the stage's section:\n\n| key | value |\n|---|---|\n{rows}"
 
 
-def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = None) -> str:
-    """The UI page of the experiment list, an experiment's runs, or one run, in model-training mode."""
-    path = "/#/experiments"
+def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = None, artifact: str = "") -> str:
+    """The UI page of the experiment list, an experiment's runs (opened on its saved view, steps/tracking/
+    views.py), one run, or one of a run's artifacts, in model-training mode."""
+    path, query = "/#/experiments", UI_QUERY
     if experiment_id:
         path += f"/{experiment_id}" + (f"/runs/{run_id}" if run_id else "/runs")
-    return f"{base.rstrip('/')}{path}?{UI_QUERY}"
+        path += f"/artifacts/{artifact}" if run_id and artifact else ""
+        query += "" if run_id else f"&{VIEW_QUERY}"
+    return f"{base.rstrip('/')}{path}?{query}"
 
 
 # Where `python -m steps.ui` serves results/reports/ (the report's HTML and plots), under the UI's base:
@@ -89,10 +105,11 @@ def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = Non
 REPORT_PATH = "lab/report/"
 
 
-def report_run_link(experiment_id: str, run_id: str, base: str = "") -> str:
-    """A run's UI page as the report links it: under `base` when one is configured (an absolute UI
-    address), else relative to the report's own address as steps.ui serves it (`<base>/lab/report/`):
-    `../../#/experiments/<id>/runs/<run>`, which resolves to the UI that served the report."""
+def report_run_link(experiment_id: str, run_id: str | None = None, base: str = "") -> str:
+    """A run's UI page (or, without `run_id`, its experiment's, on its saved view) as the report links
+    it: under `base` when one is configured (an absolute UI address), else relative to the report's own
+    address as steps.ui serves it (`<base>/lab/report/`): `../../#/experiments/<id>/runs/<run>`, which
+    resolves to the UI that served the report."""
     return ui_url(base or "../" * REPORT_PATH.count("/"), experiment_id, run_id)
 
 

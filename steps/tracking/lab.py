@@ -1,7 +1,8 @@
 """The lab run: one MLflow run per `snakemake` invocation, in the experiment `n00bgpt/lab`, that
 every job's run is nested under (`mlflow.parentRunId`). The Snakefile opens it in `onstart` and
 passes its id to the jobs in the environment (N00BGPT_LAB_RUN, steps/tracking/mlflow_run.py);
-`onsuccess`/`onerror` close it FINISHED/FAILED with a table of its jobs as the run's description.
+`onsuccess`/`onerror` close it FINISHED/FAILED with its jobs' counts (ok / failed / killed / skipped)
+as its description and every job in its artifacts jobs.md / jobs.html (steps/tracking/jobs.py).
 On failure it also prints each failed job's error line, read from the job's log, as the last thing
 in the terminal (Snakemake's own message only points at the log file).
 
@@ -11,13 +12,13 @@ in the terminal (Snakemake's own message only points at the log file).
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import json
 import os
 import platform
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,8 +26,10 @@ from mlflow.entities import Metric, Param
 
 from steps import paths
 from steps.config import cells
-from steps.tracking import store
+from steps.core.cli import parser as cli_parser
+from steps.tracking import store, views
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
+from steps.tracking.jobs import Job, classify, command_signals, counts, markdown, signal_of, summary, write_tables
 from steps.tracking.mlflow_run import LAB_RUN_ENV
 from steps.tracking.provenance import git_commit, machine
 
@@ -67,52 +70,56 @@ def start(uri: str | None, config: dict, command: str = "") -> str:
         run = store.retrying(c.create_run, exp, tags=tags, run_name=name)
         store.retrying(c.log_batch, run.info.run_id, params=[Param(k, v) for k, v in params.items()])
     store.retrying(c.log_text, run.info.run_id, json.dumps(config, indent=1, sort_keys=True), "config.json")
+    with store.write_lock(uri):
+        store.retrying(views.save, c, exp, views.lab_view(), "lab runs")
     return run.info.run_id
 
 
-def jobs_table(c, run_id: str) -> tuple[list[dict], str]:
-    """The lab run's jobs (its child runs in every lab experiment) and a Markdown table of them."""
+def jobs_table(c, run_id: str, logs: dict | None = None, commands: dict | None = None) -> list[Job]:
+    """The lab run's jobs (its child runs in every lab experiment), killed ones named with their signal
+    (steps/tracking/jobs.py); `logs` maps (rule, cell) to the job's log, `commands` Snakemake's killed
+    commands to their signal (snakemake_jobs)."""
     exps = [e.experiment_id for e in c.search_experiments() if e.name.startswith(store.EXPERIMENT_PREFIX + "/")]
     runs = store.retrying(c.search_runs, exps, filter_string=f"tags.mlflow.parentRunId = '{run_id}'", max_results=5000)
     rows = []
     for r in sorted(runs, key=lambda r: (r.data.tags.get("stage", ""), r.data.tags.get("cell", ""))):
         t = r.data.tags
-        why = (t.get("error") or t.get("reason") or "").splitlines()[:1]
-        rows.append(
-            {
-                "stage": t.get("stage", "?"),
-                "cell": t.get("cell", "?"),
-                "status": t.get("status", r.info.status.lower()),
-                "link": f"[run]({ui_url('', r.info.experiment_id, r.info.run_id)})",
-                "why": why[0][:200].replace("|", "/") if why else "",
-            }
-        )
-    lines = ["| stage | cell | status | run | reason |", "|---|---|---|---|---|"]
-    lines += [f"| {r['stage']} | {r['cell']} | {r['status']} | {r['link']} | {r['why']} |" for r in rows]
-    return rows, "\n".join(lines)
+        status = "running" if r.info.status == "RUNNING" else t.get("status", r.info.status.lower())
+        job = Job(t.get("stage", "?"), t.get("cell", "?"), status, t.get("error") or t.get("reason") or "",
+                  link=ui_url("", r.info.experiment_id, r.info.run_id), run_id=r.info.run_id,
+                  experiment_id=r.info.experiment_id, run_status=r.info.status)  # fmt: skip
+        rows.append(classify(job, (logs or {}).get((job.stage, job.cell), ""), commands or {}))
+    return rows
 
 
-def failed_jobs(snakemake_log: str | None, since: float) -> list[tuple[str, str]]:
-    """(error line, where) of every job of this invocation that failed: the records our jobs leave
-    (failed.json, written since `since`), then jobs Snakemake saw fail with no such record (a crash
-    before the job could write one), their error from the job's log. Each job's log path is the one
-    Snakemake's own log names for it (the rules' `log:`), never rebuilt here."""
+def snakemake_jobs(snakemake_log: str | None) -> tuple[dict, dict[str, str]]:
+    """From Snakemake's log of this invocation: {(rule, cell): the failed job's log} (its "Error in rule"
+    blocks, the rules' `log:`, never rebuilt here) and {command: signal} of the jobs a signal killed."""
     text = Path(snakemake_log).read_text(errors="replace") if snakemake_log and Path(snakemake_log).exists() else ""
-    logs = {}  # (rule, cell) -> the job's log, from Snakemake's "Error in rule" blocks
+    logs = {}
     for block in re.split(r"\n(?=Error in rule )", text)[1:]:
         rule = block.split(":", 1)[0].removeprefix("Error in rule ").strip()
         log = re.search(r"\n\s+log: (\S+)", block)
         logs[(rule, Path(log.group(1)).stem if log else "")] = log.group(1) if log else ""
+    return logs, command_signals(text)
+
+
+def failed_jobs(logs: dict, commands: dict[str, str], since: float) -> list[tuple[str, str]]:
+    """(error line, where) of every job of this invocation that failed or was killed: the records our
+    jobs leave (failed.json, written since `since`), then jobs Snakemake saw fail with no such record (a
+    crash or a signal before the job could write one): the signal, else the error from the job's log."""
     out, seen = [], set()
     for rec in sorted([*paths.RESULTS.glob("*/*/failed.json"), *paths.RESULTS.glob("*/failed.json")]):
         if rec.stat().st_mtime >= since:
             r = json.loads(rec.read_text())
             log = logs.get((r.get("stage"), r.get("cell")))
-            out.append(
-                (f"{r.get('stage')}[{r.get('cell')}] failed: {r.get('error')}", f"log {log}" if log else str(rec))
-            )
+            job = classify(Job(str(r.get("stage")), str(r.get("cell")), "failed", str(r.get("error"))), log, commands)
+            out.append((f"{job.stage}[{job.cell}] {job.shown_status}: {job.why}", f"log {log}" if log else str(rec)))
             seen.add((r.get("stage"), r.get("cell")))
-    out += [(error_line(log), f"log {log}") for key, log in logs.items() if key not in seen]
+    for (rule, cell), log in logs.items():
+        if (rule, cell) not in seen:
+            name = signal_of(log, commands)
+            out.append((f"{rule}[{cell}] killed ({name})" if name else error_line(log), f"log {log}"))
     return out
 
 
@@ -127,41 +134,63 @@ def error_line(job_log: str) -> str:
 
 
 def end(uri: str | None, run_id: str, status: str, snakemake_log: str | None = None) -> None:
-    """Close the lab run with its jobs' table; on FAILED print the failed jobs' errors last, even
-    when the store cannot be reached."""
+    """Close the lab run with its jobs' table; on FAILED print the failed and killed jobs' errors
+    last, even when the store cannot be reached."""
     started = 0.0
+    logs, commands = snakemake_jobs(snakemake_log)
     try:
-        started = close(store.tracking_uri(uri), run_id, status)
+        started = close(store.tracking_uri(uri), run_id, status, logs, commands)
     finally:
         if status == "FAILED":
-            failed = failed_jobs(snakemake_log, started)
-            print(f"\n{len(failed)} job(s) failed:", file=sys.stderr)
+            failed = failed_jobs(logs, commands, started)
+            print(f"\n{len(failed)} job(s) failed or were killed:", file=sys.stderr)
             for line, where in failed:
                 print(f"  {line}\n    ({where})", file=sys.stderr)
 
 
-def close(uri: str, run_id: str, status: str) -> float:
-    """End the lab run; returns its start time (s)."""
+def close(uri: str, run_id: str, status: str, logs: dict | None = None, commands: dict | None = None) -> float:
+    """End the lab run: its counts as metrics, every job in the artifacts jobs.md / jobs.html, the
+    counts, those links and the jobs that did not succeed in its description; runs that killed jobs
+    left RUNNING end KILLED. Returns the run's start time (s)."""
     c = store.client(uri)
     run = store.retrying(c.get_run, run_id)
-    rows, table = jobs_table(c, run_id)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "skipped", "failed")}
+    rows = jobs_table(c, run_id, logs, commands)
     head = run.data.tags.get(NOTE, "").removesuffix(": running.")
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
-
+    with tempfile.TemporaryDirectory(prefix="lab-jobs-") as tmp:
+        for path in write_tables(rows, f"{run.info.run_name}: {len(rows)} jobs", Path(tmp)):
+            store.retrying(c.log_artifact, run_id, str(path))
     ts = int(time.time() * 1000)
     with store.write_lock(uri):
-        metrics = [Metric(f"jobs_{s}", n, ts, 0) for s, n in counts.items()]
+        for job in rows:
+            if job.status == "killed" and job.run_status == "RUNNING":
+                store.retrying(c.set_tag, job.run_id, "status", "killed")
+                store.retrying(c.set_tag, job.run_id, "error", job.why)
+                store.retrying(c.set_terminated, job.run_id, "KILLED")
+        for exp, stage in sorted({(j.experiment_id, j.stage) for j in rows}):
+            store.retrying(views.refresh, c, exp, stage)  # the params its cells differ in, as they stand
+        metrics = [Metric(f"jobs_{s}", n, ts, 0) for s, n in counts(rows).items()]
         store.retrying(c.log_batch, run_id, metrics=metrics)
-        store.retrying(c.set_tag, run_id, NOTE, f"{head}: {status.lower()} ({summary}).\n\n{table}"[:50000])
+        store.retrying(c.set_tag, run_id, NOTE, description(head, status, rows, run.info.experiment_id, run_id))
         store.retrying(c.set_terminated, run_id, status)
     where = ui_url(uri, run.info.experiment_id, run_id) if uri.startswith("http") else "`python -m steps.ui`"
-    print(f"MLflow: {run.info.run_name} {status} ({summary}); see {where}", file=sys.stderr)
+    print(f"MLflow: {run.info.run_name} {status} ({summary(rows)}); see {where}", file=sys.stderr)
     return run.info.start_time / 1000 - 1
 
 
+def description(head: str, status: str, rows: list[Job], exp: str, run_id: str, shown: int = 30) -> str:
+    """The lab run's description: counts, links to the full table, and the jobs that did not succeed
+    (at most `shown`: it stays far below MLflow's 8,000-character tag limit)."""
+    links = " · ".join(f"[{name}]({ui_url('', exp, run_id, name)})" for name in ("jobs.md", "jobs.html"))
+    bad = [j for j in rows if j.status in ("failed", "killed")]
+    text = f"{head}: {status.lower()} ({summary(rows)}).\n\nEvery job, with its run and reason: {links}."
+    if bad:
+        more = f"\n\n... and {len(bad) - shown} more in jobs.md." if len(bad) > shown else ""
+        text += "\n\nJobs that did not succeed:\n\n" + markdown(bad[:shown]) + more
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m steps.tracking.lab", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("python -m steps.tracking.lab", __doc__.split("\n\n")[0])
     ap.add_argument("action", choices=["start", "end"])
     ap.add_argument("--uri", default=None, help="tracking URI (default: MLFLOW_TRACKING_URI, else results/mlflow.db)")
     ap.add_argument("--run-id", default=os.environ.get(LAB_RUN_ENV))

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from steps.tracking import store
+from steps.tracking import store, views
 from steps.tracking.datasets import dataset_inputs
 from steps.tracking.describe import NOTE
 from steps.tracking.provenance import flatten, git_commit, is_number, package_versions
@@ -37,6 +37,8 @@ class MlflowRun:
         self._source: dict[str, str] = {}
         self._buffer: list = []
         self._last_flush = time.monotonic()
+        self._latest: dict[str, float] = {}  # each metric's last value: the run's `view_order` (views.py)
+        self._system = None  # MLflow's SystemMetricsMonitor, for stages that train (about["system_metrics"])
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
         """`about`: module (mlflow.source.name), description (the experiment's), note (the run's),
@@ -47,6 +49,7 @@ class MlflowRun:
         c = self._client = store.client(self.uri)
         self.experiment_id = store.experiment_id(c, self.stage, self.uri, about.get("description", ""))
         self._close_stale_runs()
+        self._save_view()
         commit = git_commit()
         parent = self._lab_run()
         tags = {
@@ -76,10 +79,44 @@ class MlflowRun:
         values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(shown).items()}
         values.update({f"common.{k}": str(v) for k, v in flatten(common).items()})
         self._log_params(self.run_id, values)
+        if about.get("system_metrics"):
+            self._start_system_metrics()
         datasets = dataset_inputs(about.get("inputs") or {})
         if datasets:
             with store.write_lock(self.uri):
                 store.retrying(c.log_inputs, self.run_id, datasets=datasets)
+
+    def _start_system_metrics(self) -> None:
+        """MLflow's own system metrics (system/cpu_utilization_percentage, memory, disk, network; GPU
+        where pynvml finds one) sampled by its thread every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+        seconds (10): one psutil read and one small batch each, off the training thread, nothing
+        it computes. Its writes take the store's lock like ours; `end` stops the thread."""
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(self.run_id, tracking_uri=self.uri)
+        except Exception as exc:  # noqa: BLE001 - e.g. psutil missing: the run goes on without them
+            print(f"MLflow system metrics off: {type(exc).__name__}: {exc}")
+            return
+        client, log_batch = monitor.mlflow_logger.client, monitor.mlflow_logger.client.log_batch
+
+        def locked_log_batch(*args, **kwargs):
+            with store.write_lock(self.uri):
+                return store.retrying(log_batch, *args, **kwargs)
+
+        client.log_batch = locked_log_batch
+        monitor.start()
+        self._system = monitor
+
+    def _save_view(self) -> None:
+        """The experiment's saved runs view (views.py), where it has none yet: the lab run's end writes
+        it again with the params its cells differ in."""
+        try:
+            view = views.stage_view(self.stage)
+        except LookupError:  # a stage with no presentation module: MLflow's own columns
+            return
+        with store.write_lock(self.uri):
+            store.retrying(views.save, self._client, self.experiment_id, view, self.stage, only_if_missing=True)
 
     def _log_params(self, run_id: str, values: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -136,9 +173,14 @@ class MlflowRun:
     def end(self, status: str, reason: str = "") -> None:
         if not self.run_id:
             return
+        if self._system is not None:  # before the lock: its last write waits for it
+            self._system.finish()
+            self._system = None
         self.flush()
         with store.write_lock(self.uri):
             store.retrying(self._client.set_tag, self.run_id, "status", status)
+            order = views.order_key(self.stage, self.cell, self._latest if status == "ok" else {})
+            store.retrying(self._client.set_tag, self.run_id, views.ORDER_TAG, order)
             if status == "skipped":  # MLflow has no such state: FINISHED, and the name says it
                 name = f"{self.stage}:{self.cell} (skipped)"
                 store.retrying(self._client.set_tag, self.run_id, "mlflow.runName", name)
@@ -157,6 +199,7 @@ class MlflowRun:
         for k, v in metrics.items():
             if is_number(v):
                 self._buffer.append(Metric(k, float(v), ts, int(step or 0)))
+                self._latest[k] = float(v)
         if len(self._buffer) >= 500 or time.monotonic() - self._last_flush > 5:
             self.flush()
 

@@ -1,0 +1,93 @@
+"""The HTML report reads itself: numbers right-aligned and text left, no Markdown escapes in HTML,
+wide tables scrolling in their own box, a table of contents, a header with date, commit and machine
+from the runs' provenance (a real SQLite store), perf curves in distinct colours without the compile
+step, and descriptions whose `__main__` stays literal."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from steps.report.gather import fetch_runs
+from steps.report.header import provenance
+from steps.report.plots import WARM_UP, line_style, points
+from steps.report.render import html_table, index_html, index_markdown, stage_html, stage_markdown
+from steps.tracking import lab, store
+from steps.tracking.describe import md_escape, stage_description
+
+TABLE = pd.DataFrame(
+    {
+        "cell": ["baseline", "a|b"],
+        "status": ["ok", "ok"],
+        "tokens/s": [1234.0, 99.5],
+        "vs baseline": ["1.01x [0.97, 1.05] (20 pairs)", ""],
+        "experiment_id": ["3", "3"],
+        "run_id": ["0123456789abcdef", ""],
+    }
+)
+
+
+def test_numbers_right_text_left_no_escapes_and_a_scroll_box():
+    page = html_table(TABLE, "http://ui")
+    assert "\\|" not in page and "<td>a|b</td>" in page
+    assert '<th class="num">tokens/s</th>' in page and '<td class="num">1,234</td>' in page
+    assert "<th>vs baseline</th>" in page and "<td>1.01x [0.97, 1.05] (20 pairs)</td>" in page
+    assert page.startswith("<div class='scroll'><table>") and page.endswith("</table></div>")
+
+
+def test_index_has_header_contents_and_stage_links():
+    facts = {"date": "2026-11-26 15:00 UTC", "commit": "abc1234", "machine": "Xeon, 2 cores, 24.0 GiB, GPU: none"}
+    sections = [stage_html("perf", TABLE, {"memory": TABLE[["cell", "tokens/s"]]}, [], "http://ui")]
+    page = index_html("n00bGPT lab", "http://ui", TABLE, sections, facts)
+    assert "<nav><b>Contents</b><ul><li><a href='#headline'>headline</a></li><li><a href='#perf'>perf</a>" in page
+    assert "<dt>git commit</dt><dd>abc1234</dd>" in page and "<dt>machine</dt><dd>Xeon, 2 cores" in page
+    assert "viewStateShareKey=" in page and page.count("<div class='scroll'>") == 3
+    md = index_markdown("n00bGPT lab", "http://ui", TABLE, [stage_markdown("perf", TABLE, {}, [], "http://ui")], facts)
+    assert "- **runs ended**: 2026-11-26 15:00 UTC\n" in md
+    assert "**Contents**: [Headline](#headline) · [perf](#perf)" in md
+    assert [ln for ln in md.splitlines() if ln.startswith("## ")] == ["## Headline", "## perf"]  # as steps.record reads
+
+
+def test_header_comes_from_the_runs_provenance(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    lab_id = lab.start(uri, {"seed": 1}, "snakemake --cores 2")
+    c = store.client(uri)
+    exp = store.experiment_id(c, "perf", uri)
+    tags = {"mlflow.parentRunId": lab_id, "git_commit": "feedbee", "host": "node7", "stage": "perf"}
+    run = c.create_run(exp, tags=tags)
+    c.set_terminated(run.info.run_id, "FINISHED")
+    lab_tags = c.get_run(lab_id).data.tags
+    facts = provenance(c, fetch_runs(c, [run.info.run_id]))
+    assert facts["commit"] == "feedbee" and facts["hosts"] == "node7" and facts["command"] == "snakemake --cores 2"
+    assert facts["machine"].startswith(f"{lab_tags['machine.cpu']}, {lab_tags['machine.cores']} cores")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", facts["date"])
+
+
+def test_sixteen_cells_get_sixteen_lines_apart():
+    styles = [tuple(sorted(line_style(i).items())) for i in range(16)]
+    assert len(set(styles)) == 16 and len({dict(s)["color"] for s in styles}) == 16
+    assert len(set(tuple(sorted(line_style(i).items())) for i in range(40))) == 40
+
+
+def test_step_time_curve_leaves_out_the_compile_step(tmp_path):
+    c = store.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = c.create_run(c.create_experiment("e")).info.run_id
+    for step, (ms, loss) in enumerate([(9000.0, 5.0), (12.0, 4.0), (11.0, 3.5), (12.5, 3.2)]):
+        c.log_metric(run_id, "step_time_ms", ms, step=step)
+        c.log_metric(run_id, "train_loss", loss, step=step)
+    assert points(c, run_id, "step_time_ms") == ([1, 2, 3], [12.0, 11.0, 12.5]) and WARM_UP == 1
+    assert points(c, run_id, "train_loss")[0] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("text", ["see __main__.py", "a *b* c", "__init__"])
+def test_markdown_escaped_outside_code(text):
+    assert not re.search(r"(?<!\\)(__|\*)\w", md_escape(text))
+    assert md_escape(f"`{text}` gpt_train") == f"`{text}` gpt_train"
+
+
+def test_perf_description_keeps_main_literal():
+    desc = stage_description("steps.perf")
+    assert "\\_\\_main\\_\\_.py" in desc and " __main__" not in desc
