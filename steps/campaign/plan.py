@@ -154,7 +154,7 @@ def perf_cells(lab: dict, device: str, perf_table: list[str]) -> dict[str, list[
     shapes = list((section.get("ladder") or {}).get("shapes") or {})
     out: list[Cell] = []
     head: list[Cell] = []
-    for i, shape in enumerate(shapes):
+    for shape in shapes:
         names = [n for n in generated if n.startswith(f"{shape}_") and n in selected]
         group = f"ladder {shape}"
         todo = [perf_cell(lab, n, group, device) for n in names]
@@ -164,8 +164,7 @@ def perf_cells(lab: dict, device: str, perf_table: list[str]) -> dict[str, list[
         lead = runnable[-1:] if runnable else rungs[-1:]
         rest = [c for c in rungs if c not in lead] + [c for c in todo if c not in base and c not in rungs]
         out += base + lead + rest
-        if i == 0:
-            head = base + lead
+        head = head or base + lead  # the first shape with cells selected
     table = [n for n in selected if n not in generated and (not perf_table or n in perf_table)]
     hand = [perf_cell(lab, n, "perf table", device) for n in table]
     # the Triton cells and their baselines (attn_manual: the torch step they replace) form the triton group
