@@ -253,7 +253,18 @@ def render(out: Path) -> tuple[str, str]:
     skipped = not_run(facts, recs)
     lines += ["## Cells skipped or not run", ""]
     lines.append(to_markdown(skipped) if not skipped.empty else "None: every planned cell finished.\n")
+    lines += log_tails(facts)
     return record_name(facts), "\n".join(lines)
+
+
+def log_tails(facts: dict, n: int = 15) -> list[str]:
+    """The end of each failed or stopped job's log, from the ledger: what broke, readable from
+    the device call's $OUT alone (the logs stay on the machine)."""
+    tails = [(name, e["log_tail"]) for name, e in (facts.get("cells") or {}).items() if e.get("log_tail")]
+    out = ["## Log tails of the cells that did not finish ok", ""] if tails else []
+    for name, text in tails:
+        out += [f"`{name}`:", "", "```", *text.splitlines()[-n:], "```", ""]
+    return out
 
 
 def write_record(out: Path, to: Path | None = None) -> Path:
