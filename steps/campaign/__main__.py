@@ -116,6 +116,17 @@ def select_groups(plan: list, groups: list[str] | None) -> list:
     return [c for c in plan if c.group in groups]
 
 
+def refresh(out: Path) -> None:
+    """Rewrite the record after a cell; a record that cannot be written now (a cell's odd record)
+    must not stop the GPU's campaign: the ledger has it, `python -m steps.campaign.record` later."""
+    from steps.campaign.record import write_record
+
+    try:
+        write_record(out, out)
+    except Exception as exc:  # noqa: BLE001 (any: the record is a convenience, the ledger the data)
+        print(f"gpu-campaign: record not rewritten ({type(exc).__name__}: {exc}); the ledger has every cell")
+
+
 def campaign(out: Path, work: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: float, done: tuple) -> int:
     """Run the plan in `work` under one lab run, then the report; the ledger and the record in
     `out`, the record rewritten after every cell (a kill keeps it). 1 if a job failed."""
@@ -134,9 +145,7 @@ def campaign(out: Path, work: Path, lab: dict, plan: list, settings: dict, facts
     (work / "results").mkdir(exist_ok=True)
     os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, facts["command"])  # creates the store before any job
     record = write_record(out, out)
-    attempted = run_plan(
-        work, lab, plan, settings, budget - (time.monotonic() - t0), ledger, lambda: write_record(out, out)
-    )
+    attempted = run_plan(work, lab, plan, settings, budget - (time.monotonic() - t0), ledger, lambda: refresh(out))
     run_report(work, lab, attempted, ledger, settings["report_reserve_s"])
     statuses = [e["status"] for e in ledger.data["cells"].values()] + [ledger.data["report"]["status"]]
     failed = statuses.count("failed")
