@@ -152,7 +152,7 @@ def campaign(out: Path, work: Path, lab: dict, plan: list, settings: dict, facts
     lab_run.close(uri, os.environ[LAB_RUN_ENV], "FAILED" if failed else "FINISHED")
     ledger.data["wall_s"] = round(time.monotonic() - t0, 1)
     ledger.save()
-    write_record(out, out)
+    refresh(out)
     report = work / "results" / "reports" / "index.md"
     if report.exists():  # the report's Markdown beside the record (its plots stay in the work folder)
         shutil.copyfile(report, out / "report.md")
