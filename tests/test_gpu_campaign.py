@@ -208,7 +208,7 @@ def test_rehearsal_end_to_end(tmp_path):
     text = record.read_text()
     again = subprocess.run(RECORD + [str(out), "--to", str(tmp_path / "again")], capture_output=True, text=True)
     assert again.returncode == 0 and Path(again.stdout.strip()).read_text() == text, again.stderr
-    lead = json.loads((out / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
+    lead = json.loads((work / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
     row = next(line for line in text.splitlines() if line.startswith("| t32_ladder_fused_ce |"))
     assert f"{fmt(lead['speedup'], 3)} [{fmt(lead['speedup_low'], 3)}, {fmt(lead['speedup_high'], 3)}]" in row
     assert "scripts/gpu-campaign --rehearse" in text and re.search(r"\| minitorch/\w+ \| skipped \|", text)
