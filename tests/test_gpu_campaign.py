@@ -17,13 +17,16 @@ import pytest
 
 from steps.campaign import plan as campaign_plan
 from steps.campaign.record import write_record
+from steps.campaign.rerun import carry_done, load_done
 from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
+from steps.config import ConfigError
 from steps.tables import fmt
 from steps.tracking import store
 from tests.conftest import ROOT, clean_env, mlflow_runs
 
 REHEARSE = ROOT / "configs" / "gpu-rehearse.yaml"
+RECORD = [sys.executable, "-m", "steps.campaign.record"]
 
 
 def make_wheel(tmp: Path, name: str, version: str, folder: Path) -> Path:
@@ -85,8 +88,11 @@ def test_plan_puts_baseline_and_last_rung_first():
     cells = campaign_plan.build_plan(lab, settings)
     names = [c.name for c in cells]
     assert names[:2] == ["perf/t1024_baseline", "perf/t1024_ladder_accum"]  # every ladder change at once
-    assert names.index("perf/t128_baseline") < names.index("perf/baseline") < names.index("gpt_parity/gpt2_shape")
-    assert names.index("gpt_parity/gpt2_shape") < names.index("gpt_train/main") < names.index("perf/fused_triton")
+    # then one pass over every target before the rest of the ladders (a 7-minute first call)
+    order = ["gpt_parity/gpt2_shape", "perf/baseline", "gpt_train/main", "inference/kv_cache", "perf/fused_triton"]
+    order += ["components/main", "minitorch/ops_cuda", "perf/t1024_ladder_bf16", "perf/t1024_tf32"]
+    order += ["perf/t128_baseline"]
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
     assert names.index("perf/attn_manual") < names.index("perf/fused_triton")  # its baseline, in its group
     assert cells[1].after == ["perf/t1024_baseline"]
     assert cells[1].inputs["baseline"] == "results/perf/t1024_baseline/metrics.json"
@@ -136,6 +142,9 @@ def test_budget_stops_the_run_cleanly(tmp_path):
     assert status["perf/tf32"] == "skipped"
     failed = json.loads((tmp_path / "results/perf/t32_baseline/failed.json").read_text())
     assert "killed by signal" in failed["error"]
+    # the ledger carries what the work folder has: the job's record and its log's tail
+    entry = ledger.data["cells"]["perf/t32_baseline"]
+    assert entry["record"]["error"] == failed["error"] and entry["log_tail"].strip()
     runs = mlflow_runs(tmp_path)
     assert set(runs["status"]) == {"FAILED"}  # the stopped job's run, not left RUNNING
     text = write_record(tmp_path).read_text()
@@ -166,9 +175,9 @@ def test_record_writer_on_a_finished_smoke_store(smoke_dag, tmp_path):
 def test_rehearsal_end_to_end(tmp_path):
     wheels = tmp_path / "wheels"
     make_wheel(tmp_path, "campaign_probe_pkg", "1.0", wheels)
-    out = tmp_path / "out"
+    out, work = tmp_path / "out", tmp_path / "work"
     cmd = [str(ROOT / "scripts" / "gpu-campaign"), "--rehearse", "--out", str(out), "--wheels", str(wheels)]
-    cmd += ["--site", str(tmp_path / "site")]
+    cmd += ["--site", str(tmp_path / "site"), "--work", str(work)]
     env = {**clean_env(), "PYTHON": sys.executable}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -185,17 +194,105 @@ def test_rehearsal_end_to_end(tmp_path):
     minitorch = [e for e in cells.values() if e["stage"] == "minitorch"]  # its cuda cells, or a placeholder
     assert minitorch and all(e["status"] == "skipped" for e in minitorch)
     assert all(e["reason"] == "steps.minitorch not present" or e["reason"].startswith("needs CUDA") for e in minitorch)
-    assert ledger["report"]["status"] == "ok" and (out / "results/reports/index.md").exists()
+    assert ledger["report"]["status"] == "ok" and (work / "results/reports/index.md").exists()
+    # what a device call brings back (at most 8 files, flat): the ledger, the record, the report
+    (record,) = out.glob("*-cpu-*.md")
+    assert sorted(p.name for p in out.iterdir()) == sorted(["campaign.json", "report.md", record.name])
     # the cells' runs in the real MLflow store, nested under the campaign's lab run
-    runs = mlflow_runs(out)
+    runs = mlflow_runs(work)
     lab = runs[runs["tags.mlflow.runName"].str.startswith("lab run")]
     assert len(lab) == 1 and lab["status"].iloc[0] == "FINISHED"
     children = runs[runs["tags.mlflow.parentRunId"] == lab["run_id"].iloc[0]]
     assert {"perf", "gpt_parity", "gpt_train", "report"} <= set(children["tags.stage"])
     # the record: the ladder rows with the numbers the jobs wrote, and what did not run
-    (record,) = (out / "docs" / "results").glob("*-cpu-*.md")
     text = record.read_text()
-    lead = json.loads((out / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
+    again = subprocess.run(RECORD + [str(out), "--to", str(tmp_path / "again")], capture_output=True, text=True)
+    assert again.returncode == 0 and Path(again.stdout.strip()).read_text() == text, again.stderr
+    lead = json.loads((work / "results/perf/t32_ladder_fused_ce/metrics.json").read_text())["metrics"]
     row = next(line for line in text.splitlines() if line.startswith("| t32_ladder_fused_ce |"))
     assert f"{fmt(lead['speedup'], 3)} [{fmt(lead['speedup_low'], 3)}, {fmt(lead['speedup_high'], 3)}]" in row
     assert "scripts/gpu-campaign --rehearse" in text and re.search(r"\| minitorch/\w+ \| skipped \|", text)
+
+
+def test_skip_done_carries_ok_cells_and_reruns_data_a_rerun_needs(tmp_path):
+    """An earlier call's ok cells are carried with their records restored; a data cell ok there
+    runs again when a cell that needs it runs (its folder is not in a record)."""
+    settings, lab = campaign_plan.load_campaign(REHEARSE)
+    plan = campaign_plan.build_plan(lab, settings)
+    rec = {"status": "ok", "cell": "t32_baseline", "metrics": {"tokens_per_s": 123.0}}
+    first = {"started_utc": "2026-01-02T00:00:00Z", "commit": "abc", "cells": {}}
+    first["cells"]["perf/t32_baseline"] = {"status": "ok", "record": rec, "seconds": 9.0}
+    first["cells"]["gpt_parity/odd"] = {"status": "failed", "record": {"status": "failed", "error": "boom"}}
+    for name in ("prepare_corpus/main", "train_tokenizer/main"):
+        first["cells"][name] = {"status": "ok", "record": {"status": "ok"}}
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    source, done = load_done(tmp_path / "first.json")
+    assert source == "2026-01-02T00:00:00Z, commit abc"
+    assert set(done) == {"perf/t32_baseline", "prepare_corpus/main", "train_tokenizer/main"}  # ok ones only
+    (tmp_path / "out").mkdir()
+    ledger = Ledger(tmp_path / "out", {"command": "test"}, plan)
+    carried = carry_done(plan, done, tmp_path / "work", ledger, source)
+    assert carried == ["perf/t32_baseline"]  # gpt_train/main runs: its corpus and tokenizer run again
+    assert json.loads((tmp_path / "work/results/perf/t32_baseline/metrics.json").read_text()) == rec
+    entry = ledger.data["cells"]["perf/t32_baseline"]
+    assert entry["carried"] == source and entry["status"] == "ok" and entry["record"] == rec
+    assert ledger.data["cells"]["gpt_parity/odd"]["status"] == "planned"
+    with pytest.raises(ConfigError, match="--skip-done .*campaign.json"):
+        load_done(tmp_path / "nope.json")
+
+
+def wait_for(path: Path, check, timeout: float) -> dict:
+    """The ledger at `path` once check(ledger) holds (polled; the campaign rewrites it atomically)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and check(data := json.loads(path.read_text())):
+            return data
+        time.sleep(0.5)
+    raise AssertionError(f"{path}: not reached in {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.live
+def test_a_killed_campaign_leaves_its_record_and_a_second_call_finishes_it(tmp_path):
+    """The device tool's kill at a call's limit (SIGKILL) mid-cell: --out alone still makes the
+    record (the finished cell's numbers, the running one named), the running job does not run on,
+    and a second call with --skip-done runs only what is not ok, carrying the rest."""
+    out, out2 = tmp_path / "out", tmp_path / "out2"
+    cmd = [str(ROOT / "scripts" / "gpu-campaign"), "--rehearse", "--groups", "ladder t32"]
+    env = {**clean_env(), "PYTHON": sys.executable}
+    first = [*cmd, "--out", str(out), "--work", str(tmp_path / "w1")]
+    proc = subprocess.Popen(first, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        running = wait_for(out / "campaign.json", lambda d: "pid" in d["cells"]["perf/t32_ladder_fused_ce"], 400)
+    finally:
+        proc.kill()
+        proc.wait()
+    job = running["cells"]["perf/t32_ladder_fused_ce"]["pid"]
+    end = time.monotonic() + 60
+    while alive(job) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not alive(job)  # SIGTERM at its campaign's death, not running on
+    done = subprocess.run([*RECORD, str(out), "--to", str(tmp_path / "rec")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = Path(done.stdout.strip()).read_text()
+    base = running["cells"]["perf/t32_baseline"]["record"]["metrics"]
+    row = next(line for line in text.splitlines() if line.startswith("| t32_baseline |"))
+    assert f"| {fmt(base['tokens_per_s'])} | {fmt(base['tokens_per_s_p10'])} |" in row
+    assert "| perf/t32_ladder_fused_ce | stopped | running when the campaign was killed" in text
+    # the second call: the baseline carried (its metrics.json restored for the rung), the rung runs
+    second = [*cmd, "--out", str(out2), "--work", str(tmp_path / "w2"), "--skip-done", str(out / "campaign.json")]
+    proc2 = subprocess.run(second, capture_output=True, text=True, env=env, timeout=600)
+    assert proc2.returncode == 0, proc2.stderr[-4000:]
+    cells = json.loads((out2 / "campaign.json").read_text())["cells"]
+    assert cells["perf/t32_baseline"]["carried"].startswith(running["started_utc"])
+    assert cells["perf/t32_ladder_fused_ce"]["status"] == "ok" and "carried" not in cells["perf/t32_ladder_fused_ce"]
+    (record,) = out2.glob("*-cpu-*.md")
+    text = record.read_text()
+    assert "| t32_baseline |" in text and "| t32_ladder_fused_ce |" in text and "- **carried**" in text

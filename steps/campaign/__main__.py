@@ -1,5 +1,10 @@
 """`python -m steps.campaign [--rehearse] [--budget S] [--out DIR] [--wheels DIR]` (scripts/gpu-campaign).
 
+--out (the device call's $OUT) gets a few flat files, rewritten after every cell: the ledger
+campaign.json (each finished cell's record embedded) and the dated record <date>-<device>-<commit>.md;
+the jobs run in a work folder beside it (--work, default a fresh one under $TMPDIR): the device
+call brings back at most 8 files, no deeper than $OUT/a/b/file.
+
 Only the standard library is imported before the wheel step: the packages it installs (mlflow,
 jsonschema, ...) must be importable by everything after it.
 """
@@ -10,7 +15,9 @@ import argparse
 import importlib.util
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,11 +34,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = cli_parser("scripts/gpu-campaign", __doc__.split("\n\n")[0])
     ap.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes (configs/gpu-rehearse.yaml)")
     ap.add_argument("--config", type=Path, help="campaign file (default: configs/gpu-campaign.yaml, or -rehearse)")
-    ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 540)")
-    ap.add_argument("--out", type=Path, help="the output folder ($OUT, else results/campaign)")
+    ap.add_argument("--budget", type=float, help="seconds for the whole campaign (default: the file's budget_s, 420)")
+    ap.add_argument("--out", type=Path, help="ledger and record, flat ($OUT, else results/campaign)")
+    ap.add_argument("--work", type=Path, help="where the jobs run (default: a fresh folder under $TMPDIR)")
     ap.add_argument("--wheels", type=Path, help="a folder of wheels to install first (scripts/missing_wheels.sh)")
     ap.add_argument("--site", type=Path, help="where the wheels go (default: $TMPDIR/n00bgpt-campaign-site)")
     ap.add_argument("--groups", nargs="+", metavar="GROUP", help="only these plan groups (e.g. a second call)")
+    ap.add_argument("--skip-done", type=Path, metavar="LEDGER", help="carry the cells ok in this earlier campaign.json")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     return ap.parse_args(argv)
 
@@ -42,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = (args.out or Path(os.environ.get("OUT") or ROOT / "results" / "campaign")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    # the jobs run in `out`: they import this checkout's `steps` (the GPU image has no editable install)
+    work = (args.work or Path(tempfile.mkdtemp(prefix="n00bgpt-campaign-"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    # the jobs run in `work`: they import this checkout's `steps` (the GPU image has no editable install)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     site = args.site or Path(os.environ.get("TMPDIR", "/tmp")) / "n00bgpt-campaign-site"
     try:
@@ -59,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from steps.campaign.plan import build_plan, load_campaign
     from steps.campaign.record import environment
+    from steps.campaign.rerun import load_done
     from steps.config import ConfigError
 
     config = args.config or CONFIGS[args.rehearse]
@@ -70,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         if lab["device"] == "cuda" and "gpus" not in env and not args.dry_run:
             raise ConfigError(f"{config} asks for CUDA and this machine has none: rehearse with --rehearse")
         # every job writes to the campaign's own store, nested under its lab run
-        lab["tracking"]["uri"] = lab["tracking"]["uri"] or f"sqlite:///{out / 'results' / 'mlflow.db'}"
+        lab["tracking"]["uri"] = lab["tracking"]["uri"] or f"sqlite:///{work / 'results' / 'mlflow.db'}"
         plan = select_groups(build_plan(lab, settings), args.groups)
+        done = load_done(args.skip_done) if args.skip_done else ("", {})
     except (ConfigError, FileNotFoundError) as exc:
         print(f"gpu-campaign: {exc}", file=sys.stderr)
         return 2
@@ -82,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = {
         "command": command,
         "config": str(config),
+        "work": str(work),
         "rehearse": args.rehearse,
         "budget_s": args.budget or settings["budget_s"],
         "started_utc": started,
@@ -89,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "wheels": wheels.lines() if args.wheels else [],
         "settings": settings,
     }
-    return campaign(out, lab, plan, settings, facts, t0)
+    return campaign(out, work, lab, plan, settings, facts, t0, done)
 
 
 def select_groups(plan: list, groups: list[str] | None) -> list:
@@ -103,9 +117,22 @@ def select_groups(plan: list, groups: list[str] | None) -> list:
     return [c for c in plan if c.group in groups]
 
 
-def campaign(out: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: float) -> int:
-    """Run the plan under one lab run, then the report and the record; 1 if a job failed."""
+def refresh(out: Path) -> None:
+    """Rewrite the record after a cell; a record that cannot be written now (a cell's odd record)
+    must not stop the GPU's campaign: the ledger has it, `python -m steps.campaign.record` later."""
     from steps.campaign.record import write_record
+
+    try:
+        write_record(out, out)
+    except Exception as exc:  # noqa: BLE001 (any: the record is a convenience, the ledger the data)
+        print(f"gpu-campaign: record not rewritten ({type(exc).__name__}: {exc}); the ledger has every cell")
+
+
+def campaign(out: Path, work: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: float, done: tuple) -> int:
+    """Run the plan in `work` under one lab run, then the report; the ledger and the record in
+    `out`, the record rewritten after every cell (a kill keeps it). 1 if a job failed."""
+    from steps.campaign.record import write_record
+    from steps.campaign.rerun import carry_done
     from steps.campaign.run import Ledger, run_plan, run_report
     from steps.tracking import lab as lab_run
     from steps.tracking.mlflow_run import LAB_RUN_ENV
@@ -113,17 +140,24 @@ def campaign(out: Path, lab: dict, plan: list, settings: dict, facts: dict, t0: 
 
     uri, budget = lab["tracking"]["uri"], facts["budget_s"]
     ledger = Ledger(out, {**facts, "commit": git_commit()}, plan)
-    (out / "results").mkdir(exist_ok=True)
+    carried = carry_done(plan, done[1], work, ledger, done[0]) if done[1] else []
+    if carried:
+        print(f"carried from {done[0]} (ok there): {', '.join(carried)}")
+    (work / "results").mkdir(exist_ok=True)
     os.environ[LAB_RUN_ENV] = lab_run.start(uri, lab, facts["command"])  # creates the store before any job
-    attempted = run_plan(out, lab, plan, settings, budget - (time.monotonic() - t0), ledger)
-    run_report(out, lab, attempted, ledger, settings["report_reserve_s"])
+    record = write_record(out, out)
+    attempted = run_plan(work, lab, plan, settings, budget - (time.monotonic() - t0), ledger, lambda: refresh(out))
+    run_report(work, lab, attempted, ledger, settings["report_reserve_s"])
     statuses = [e["status"] for e in ledger.data["cells"].values()] + [ledger.data["report"]["status"]]
     failed = statuses.count("failed")
     lab_run.close(uri, os.environ[LAB_RUN_ENV], "FAILED" if failed else "FINISHED")
     ledger.data["wall_s"] = round(time.monotonic() - t0, 1)
     ledger.save()
-    path = write_record(out)
-    print(f"record: {path}\nledger: {ledger.path}\nreport: {out / 'results' / 'reports' / 'index.md'}")
+    refresh(out)
+    report = work / "results" / "reports" / "index.md"
+    if report.exists():  # the report's Markdown beside the record (its plots stay in the work folder)
+        shutil.copyfile(report, out / "report.md")
+    print(f"record: {record}\nledger: {ledger.path}\nreport: {work / 'results' / 'reports' / 'index.md'}")
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("ok", "skipped", "failed", "timeout", "not run"))
     print(f"wall {ledger.data['wall_s']:.0f} s of a {budget:.0f} s budget; cells: {counts}")
     return 1 if failed else 0

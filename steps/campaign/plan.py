@@ -1,15 +1,21 @@
 """The campaign's cells, most valuable first: what a time budget that runs out keeps.
 
-    1. the first ladder shape's fp32 eager baseline, then its last cumulative rung (every change
-       at once: the ladder's headline, "× baseline"); on a device that cannot run that rung
-       (the CPU rehearsal), the last rung it can
-    2. the rest of that shape's ladder (cumulative rungs, then single changes), then each further
-       shape the same way (baseline, last rung, the rest)
+A device session has 15 minutes, machine start and idle included: a first call of ~7 minutes
+and a second of ~4 (--skip-done) run perhaps a third of the plan, so the first call touches every
+target once before it goes deep (what breaks shows up while a second call can still rerun it):
+
+    1. the headline: the first ladder shape's fp32 eager baseline, then its last cumulative rung
+       (every change at once: "× baseline", MFU); on a device that cannot run that rung (the CPU
+       rehearsal), the last rung it can
+    2. gpt_parity on the device (a target; seconds a cell)
     3. the hand-written perf cells (the seed's table at the section's shape)
-    4. gpt_parity on the device, 5. a short gpt_train (with its corpus and tokenizer), then the
-       inference cells (GPT-2 124M decode with and without the cache, MHA vs GQA vs MQA, batching),
-    6. the Triton kernels: their perf cells (timed against the torch step) and the components
-       parity table (the kernels against the torch ops), 7. the miniTorch `cuda` backend
+    4. a short gpt_train (with its corpus and tokenizer), then the inference cells (GPT-2 124M
+       decode with and without the cache, MHA vs GQA vs MQA, batching)
+    5. the Triton kernels: their perf cells (timed against the torch step) and the components
+       parity table (the kernels against the torch ops), 6. the miniTorch `cuda` backend
+    7. the rest of the ladder: the first shape's other rungs (cumulative, then single changes),
+       then each further shape the same way (baseline, last rung, the rest): many cells, each
+       one more step of a story the headline already tells
 
 Every cell is one stage job, `python -m steps.<stage> --cfg JSON --input/--output NAME=PATH`,
 exactly as its Snakemake rule runs it (workflow/rules/*.smk: same config resolution, same paths
@@ -40,10 +46,10 @@ from steps.config.ladder import ladder_cells
 SETTINGS = {  # the `campaign:` section's keys and defaults
     "configs": [],  # lab configs layered on configs/default.yaml before the campaign file
     "perf_table": [],  # the hand-written perf cells to run (empty: all that perf.select keeps)
-    "budget_s": 540,  # the whole campaign, setup and record included (--budget)
-    "report_reserve_s": 60,  # kept from the start for the report job
-    "cell_cap_s": 300,  # no one cell gets more, whatever is left
-    "min_cell_s": 10,  # less left than this: nothing more starts
+    "budget_s": 420,  # the whole campaign, setup and record included (--budget)
+    "report_reserve_s": 40,  # kept from the start for the report job
+    "cell_cap_s": 180,  # no one cell gets more, whatever is left
+    "min_cell_s": 20,  # less left than this: nothing more starts
 }
 DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer"}  # = rules/data.smk
 NEEDS_CUDA = "needs CUDA"
@@ -138,15 +144,17 @@ def cuda_skip(params: dict, device: str) -> str:
     return ""
 
 
-def perf_cells(lab: dict, device: str, perf_table: list[str]) -> list[Cell]:
-    """Groups 1-3 and the Triton perf cells (last, in group 6), in campaign order; `perf_table`
-    narrows the hand-written cells (empty: all that perf.select keeps)."""
+def perf_cells(lab: dict, device: str, perf_table: list[str]) -> dict[str, list[Cell]]:
+    """The perf cells by part of the plan (module doc): "headline" (1), "table" (3), "triton" (5)
+    and "ladder" (7), each in campaign order; `perf_table` narrows the hand-written cells (empty:
+    all that perf.select keeps)."""
     section = lab.get("perf") or {}
     selected = cells(lab, "perf")
     generated = ladder_cells(section.get("ladder") or {})
     shapes = list((section.get("ladder") or {}).get("shapes") or {})
     out: list[Cell] = []
-    for i, shape in enumerate(shapes):
+    head: list[Cell] = []
+    for shape in shapes:
         names = [n for n in generated if n.startswith(f"{shape}_") and n in selected]
         group = f"ladder {shape}"
         todo = [perf_cell(lab, n, group, device) for n in names]
@@ -156,6 +164,7 @@ def perf_cells(lab: dict, device: str, perf_table: list[str]) -> list[Cell]:
         lead = runnable[-1:] if runnable else rungs[-1:]
         rest = [c for c in rungs if c not in lead] + [c for c in todo if c not in base and c not in rungs]
         out += base + lead + rest
+        head = head or base + lead  # the first shape with cells selected
     table = [n for n in selected if n not in generated and (not perf_table or n in perf_table)]
     hand = [perf_cell(lab, n, "perf table", device) for n in table]
     # the Triton cells and their baselines (attn_manual: the torch step they replace) form the triton group
@@ -164,7 +173,8 @@ def perf_cells(lab: dict, device: str, perf_table: list[str]) -> list[Cell]:
     triton = [c for c in hand if c.cell in bases] + triton
     for c in triton:
         c.group = "triton"
-    return out + [c for c in hand if c not in triton] + triton
+    table = [c for c in hand if c not in triton]
+    return {"headline": head, "table": table, "triton": triton, "ladder": [c for c in out if c not in head]}
 
 
 def minitorch_present() -> bool:
@@ -215,9 +225,8 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
     """Every cell of the campaign, in the order it runs (module doc)."""
     device = lab["device"]
     perf = perf_cells(lab, device, settings["perf_table"])
-    triton = [c for c in perf if c.group == "triton"]
-    plan = [c for c in perf if c.group != "triton"]
-    plan += [job(lab, "gpt_parity", n, "gpt_parity") for n in cells(lab, "gpt_parity")]
+    plan = perf["headline"] + [job(lab, "gpt_parity", n, "gpt_parity") for n in cells(lab, "gpt_parity")]
+    plan += perf["table"]
     corpus = job(lab, "prepare_corpus", "main", "gpt_train")
     tok = job(lab, "train_tokenizer", "main", "gpt_train", inputs={"corpus": DATA["prepare_corpus"]})
     tok.after = [corpus.name]
@@ -228,7 +237,7 @@ def build_plan(lab: dict, settings: dict) -> list[Cell]:
     plan += [job(lab, "inference", n, "inference") for n in cells(lab, "inference")]
     parity = job(lab, "components", "main", "triton")
     parity.skip = "" if device == "cuda" else f"{NEEDS_CUDA} (the Triton kernels' parity rows run on the GPU)"
-    plan += triton + [parity] + minitorch_cells(lab, device, [corpus, tok])
+    plan += perf["triton"] + [parity] + minitorch_cells(lab, device, [corpus, tok]) + perf["ladder"]
     require_packages(plan)
     names = [c.name for c in plan]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -5,7 +5,9 @@ other cell's key numbers (its stage's report columns), and each planned cell tha
 with why.
 
 It reads the cells' own records (results/<stage>/<cell>/metrics.json, failed.json: what the
-report reads too) and, when there is one, the campaign's ledger (campaign.json). Without a ledger
+report reads too) and, when there is one, the campaign's ledger (campaign.json), whose embedded
+records are enough alone: the campaign's --out folder as the device call brings it back, also from
+a campaign killed mid-run (its record then says which cell was running). Without a ledger
 (a Snakemake DAG's folder, e.g. the smoke DAG) it takes the command and commit from the MLflow
 lab run and the environment from this machine, and says so.
 
@@ -83,8 +85,9 @@ def record_name(facts: dict) -> str:
     return f"{facts['started_utc'][:10]}-{slug(device)}-{commit.split('-')[0][:10]}{dirty}.md"
 
 
-def cell_records(out: Path) -> dict[str, dict]:
-    """{"<stage>/<cell>": the job's record} from every metrics.json / failed.json under results/."""
+def cell_records(out: Path, facts: dict | None = None) -> dict[str, dict]:
+    """{"<stage>/<cell>": the job's record} from every metrics.json / failed.json under results/,
+    then the records the ledger embeds (a campaign's --out holds no results/)."""
     recs = {}
     for path in sorted((out / "results").glob("*/*/failed.json")) + sorted((out / "results").glob("*/*/metrics.json")):
         rec = json.loads(path.read_text())
@@ -93,6 +96,10 @@ def cell_records(out: Path) -> dict[str, dict]:
         stage, cell = path.parent.parent.name, path.parent.name
         if stage != "reports":
             recs[f"{stage}/{cell}"] = rec  # metrics.json (read last) wins over a stale failed.json
+    for name, e in ((facts or {}).get("cells") or {}).items():
+        if e.get("record"):
+            rec = e["record"]
+            recs[name] = {**rec, "reason": rec.get("error", "")} if rec.get("status") == "failed" else rec
     return recs
 
 
@@ -189,7 +196,9 @@ def not_run(facts: dict, recs: dict[str, dict]) -> pd.DataFrame:
     """Every planned (ledger) or recorded cell that did not finish ok, with its reason."""
     rows = {n: (r["status"], r.get("reason", "")) for n, r in recs.items() if r["status"] != "ok"}
     for name, e in (facts.get("cells") or {}).items():  # the ledger knows timeouts and what never started
-        if e.get("status") in ("planned", "running"):
+        if e.get("status") == "running":
+            rows[name] = ("stopped", "running when the campaign was killed (the device call's limit?)")
+        elif e.get("status") == "planned":
             rows[name] = ("not run", "the campaign stopped before it finished")
         elif e.get("status") != "ok":
             rows[name] = (e["status"], e.get("reason", ""))
@@ -205,7 +214,8 @@ def gpu_facts(env: dict) -> str:
 
 def render(out: Path) -> tuple[str, str]:
     """(file name, Markdown) of the record of the campaign (or DAG) folder `out`."""
-    facts, recs = facts_of(out), cell_records(out)
+    facts = facts_of(out)
+    recs = cell_records(out, facts)
     env = facts["env"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(env.get("versions", {}).items()))
     lines = [
@@ -221,6 +231,9 @@ def render(out: Path) -> tuple[str, str]:
     ]
     if facts.get("rehearse"):
         lines.append("- **rehearsal**: CPU, tiny shapes; the numbers exercise the pipeline, they say nothing of a GPU")
+    carried = sorted({e["carried"] for e in (facts.get("cells") or {}).values() if e.get("carried")})
+    if carried:
+        lines.append(f"- **carried** (ok in an earlier call, --skip-done): from {'; '.join(carried)}")
     if facts.get("note"):
         lines.append(f"- **note**: {facts['note']}")
     if facts.get("wheels"):
@@ -240,7 +253,18 @@ def render(out: Path) -> tuple[str, str]:
     skipped = not_run(facts, recs)
     lines += ["## Cells skipped or not run", ""]
     lines.append(to_markdown(skipped) if not skipped.empty else "None: every planned cell finished.\n")
+    lines += log_tails(facts)
     return record_name(facts), "\n".join(lines)
+
+
+def log_tails(facts: dict, n: int = 15) -> list[str]:
+    """The end of each failed or stopped job's log, from the ledger: what broke, readable from
+    the device call's $OUT alone (the logs stay on the machine)."""
+    tails = [(name, e["log_tail"]) for name, e in (facts.get("cells") or {}).items() if e.get("log_tail")]
+    out = ["## Log tails of the cells that did not finish ok", ""] if tails else []
+    for name, text in tails:
+        out += [f"`{name}`:", "", "```", *text.splitlines()[-n:], "```", ""]
+    return out
 
 
 def write_record(out: Path, to: Path | None = None) -> Path:
@@ -257,8 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("folder", type=Path, help="a campaign's --out folder, or a DAG's working folder")
     ap.add_argument("--to", type=Path, help="where the record goes (default FOLDER/docs/results)")
     args = ap.parse_args(argv)
-    if not (args.folder / "results").is_dir():
-        ap.error(f"{args.folder}: no results/ folder (give a campaign's --out or a DAG's working folder)")
+    if not (args.folder / "results").is_dir() and not (args.folder / "campaign.json").exists():
+        ap.error(f"{args.folder}: no campaign.json or results/ (give a campaign's --out or a DAG's working folder)")
     print(write_record(args.folder, args.to))
 
 
