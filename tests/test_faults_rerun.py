@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SMOKE, clean_env, smoke_cells, snakemake, snakemake_cmd
 
 from steps.core.sources import CACHE
+from tests.conftest import ROOT, SMOKE, clean_env, smoke_cells, snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.slow  # the session's smoke DAG, and a real Snakemake call per test
 

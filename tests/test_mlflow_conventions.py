@@ -17,7 +17,7 @@ import pytest
 
 from steps.tracking.describe import EXPERIMENT_KIND, module_summary
 from steps.ui import free_port
-from tests.conftest import ROOT, clean_env, run_stage, snakemake
+from tests.conftest import ROOT, clean_env, run_stage, snakemake, stage_params
 
 pytestmark = pytest.mark.slow
 UNTIL = ("word2vec", "train_tokenizer", "prepare_mcq")  # + prepare_corpus, their input
@@ -146,8 +146,9 @@ def test_tokenizer_and_mcq_splits_as_datasets(server, dag, tmp_path):
 
     for name in ("tokenizer", "mcq"):
         shutil.copytree(dag / "results/data" / name, tmp_path / name)
-    params = {"source": "builtin:shakespeare", "unit": "scene", "text_column": "text"}
-    params |= {"val_fraction": 0.2, "max_documents": 5, "min_chars": 1}
+    params = stage_params(
+        "prepare_corpus", source="builtin:shakespeare", unit="scene", val_fraction=0.2, max_documents=5, min_chars=1
+    )
     inputs = {"tokenizer": str(tmp_path / "tokenizer"), "data": str(tmp_path / "mcq")}
     common = {"tracking": {"uri": server}}
     run_stage(tmp_path, "prepare_corpus", params, common=common, inputs=inputs)

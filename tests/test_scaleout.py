@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from steps.ui import free_port
-from tests.conftest import clean_env, run_stage
+from tests.conftest import clean_env, run_stage, stage_params
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 pytestmark = [
@@ -99,14 +99,14 @@ def test_stage_logs_to_mlflow_server_backed_by_postgres(postgres, tmp_path):
     uri = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: _up(f"{uri}/health"), "mlflow server", timeout=120)
-        params = {
-            "source": "builtin:shakespeare",
-            "unit": "scene",
-            "text_column": "text",
-            "val_fraction": 0.2,
-            "max_documents": 10,
-            "min_chars": 1,
-        }
+        params = stage_params(
+            "prepare_corpus",
+            source="builtin:shakespeare",
+            unit="scene",
+            val_fraction=0.2,
+            max_documents=10,
+            min_chars=1,
+        )
         run_stage(tmp_path, "prepare_corpus", params, common={"tracking": {"uri": uri}})
         rec = json.loads((tmp_path / "results/prepare_corpus/main/metrics.json").read_text())
         assert rec["tracking_uri"] == uri and not (tmp_path / "results/mlflow.db").exists()

@@ -122,8 +122,16 @@ def load(stage: str) -> Stage:
 
 
 def presentation(stage: str) -> Presentation:
-    """What `stage` shows (`steps/presentation/<stage>.py`), without importing its module's libraries."""
-    shown = getattr(importlib.import_module(f"steps.presentation.{stage}"), "SHOWN", None)
+    """What `stage` shows (`steps/presentation/<stage>.py`), without importing its module's libraries.
+    LookupError for a name with no presentation module (a run logged by hand under another name)."""
+    name = f"steps.presentation.{stage}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise LookupError(f"{name} does not exist: {stage!r} is not a stage of the lab") from None
+    shown = getattr(module, "SHOWN", None)
     if not isinstance(shown, Presentation):
         raise LookupError(f"steps.presentation.{stage} has no SHOWN = Presentation(...)")
     return shown
