@@ -84,6 +84,19 @@ def ratio_of_pairs(a_times: Sequence[float], b_times: Sequence[float], confidenc
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, confidence)
 
 
+def duration(
+    fn: Callable[[], object], sync: Callable[[], None] | None = None, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Seconds one call of `fn` takes; `sync` (e.g. torch.cuda.synchronize) runs before each clock read."""
+    if sync:
+        sync()
+    t0 = clock()
+    fn()
+    if sync:
+        sync()
+    return clock() - t0
+
+
 def interleave(
     run_a: Callable[[], object],
     run_b: Callable[[], object],
@@ -101,13 +114,7 @@ def interleave(
     b_times: list[float] = []
 
     def timed(fn) -> float:
-        if sync:
-            sync()
-        t0 = clock()
-        fn()
-        if sync:
-            sync()
-        return clock() - t0
+        return duration(fn, sync, clock)
 
     for i in range(pairs):
         if i % 2 == 0:

@@ -28,7 +28,7 @@ def cache_shape(model) -> CacheShape:
     return CacheShape(c.n_layer, c.kv_heads, c.n_embd // c.n_head, next(model.parameters()).element_size())
 
 
-def _hf_generate(hf, ids, n: int, **kw):
+def hf_generate(hf, ids, n: int, **kw):
     return hf.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, pad_token_id=0, **kw
     )
@@ -39,7 +39,7 @@ def check_parity(ours, hf, ids, new_tokens: int, seed: int) -> dict:
     `generate` on the same weights (`hf`), greedy and sampled (torch's global RNG seeded alike)."""
     cached, cached_logits, _ = decode(ours, ids, new_tokens, use_cache=True)
     uncached, uncached_logits, _ = decode(ours, ids, new_tokens, use_cache=False)
-    hf_greedy = _hf_generate(hf, ids, new_tokens, do_sample=False)
+    hf_greedy = hf_generate(hf, ids, new_tokens, do_sample=False)
     with torch.no_grad():
         hf_logits = hf(cached).logits[:, -1]  # (B, V): HF over the whole sequence, no cache
     sampled = {}
@@ -47,7 +47,7 @@ def check_parity(ours, hf, ids, new_tokens: int, seed: int) -> dict:
         torch.manual_seed(seed)
         sampled[name] = generate(model, ids, new_tokens, do_sample=True, **kw)
     torch.manual_seed(seed)
-    sampled["hf"] = _hf_generate(hf, ids, new_tokens, do_sample=True, top_k=0, top_p=1.0, temperature=1.0)
+    sampled["hf"] = hf_generate(hf, ids, new_tokens, do_sample=True, top_k=0, top_p=1.0, temperature=1.0)
     return {
         "greedy_cached_eq_uncached": float(torch.equal(cached, uncached)),
         "greedy_eq_hf": float(torch.equal(cached, hf_greedy)),
@@ -72,13 +72,13 @@ def parity(ctx, p, device) -> dict:
     return m
 
 
-def _timed_pair(run_a, run_b, p, sync):
+def timed_pair(run_a, run_b, p, sync):
     """(A's median seconds, B's median seconds, how many times faster A is with its interval)."""
     a, b = interleave(run_a, run_b, p.pairs, p.warmup, sync=sync)
     return statistics.median(a), statistics.median(b), ratio_of_pairs(a, b)
 
 
-def _sync(device):
+def device_sync(device):
     return torch.cuda.synchronize if device.type == "cuda" else None
 
 
@@ -88,11 +88,11 @@ def kv_cache(ctx, p, device) -> dict:
     for context in ctx.progress([c for c in p.contexts if c + n <= model.config.block_size], desc="contexts"):
         ids = prompt_ids(model.config.vocab_size, 1, context, p.init_seed + 1, device)
         first = {flag: prefill(model, ids, flag) for flag in (True, False)}  # decode timed without the prefill
-        t_cached, t_full, r = _timed_pair(
+        t_cached, t_full, r = timed_pair(
             lambda: decode(model, ids, n, True, first[True]),
             lambda: decode(model, ids, n, False, first[False]),
             p,
-            _sync(device),
+            device_sync(device),
         )
         measured = cache_bytes(decode(model, ids, n, True, first[True])[2].past_key_values)
         rows.append(

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import statistics
-import time
 
 import pandas as pd
 import torch
 
 from steps.analytic.kv_cache import max_batch
-from steps.inference.cells import _sync, _timed_pair, cache_shape
+from steps.inference.cells import cache_shape, device_sync, hf_generate, timed_pair
 from steps.inference.decode import build_model, cache_bytes, decode, prefill, prompt_ids, weight_bytes
+from steps.paired import duration
 
 MIB = 2**20
 MEASURE_BATCH = 8
@@ -29,11 +30,11 @@ def attention(ctx, p, device) -> dict:
     firsts = {kv: prefill(m, ids) for kv, m in models.items()}
     for kv, model in ctx.progress(models.items(), desc="variants"):
         shape, n_head = cache_shape(model), model.config.n_head
-        t_variant, t_base, r = _timed_pair(
+        t_variant, t_base, r = timed_pair(
             lambda: decode(model, ids, p.new_tokens, True, firsts[kv]),
             lambda: decode(models[base_kv], ids, p.new_tokens, True, firsts[base_kv]),
             p,
-            _sync(device),
+            device_sync(device),
         )
         predicted = max_batch(shape, block, budget, weight_bytes(model))
         # a real prefill of full-length sequences, its cache read from its tensors; at most
@@ -71,25 +72,15 @@ def attention(ctx, p, device) -> dict:
     }
 
 
-def _seconds(fn, sync) -> float:
-    if sync:
-        sync()
-    t0 = time.perf_counter()
-    fn()
-    if sync:
-        sync()
-    return time.perf_counter() - t0
-
-
 def batching(ctx, p, device) -> dict:
     """Prefill and decode timed apart per batch size (median of `repeats`, with min and max)."""
-    model, sync, rows = build_model(p.model, p.dtype, p.init_seed, device), _sync(device), []
+    model, sync, rows = build_model(p.model, p.dtype, p.init_seed, device), device_sync(device), []
     for b in ctx.progress(p.batch_sizes, desc="batch sizes"):
         ids = prompt_ids(model.config.vocab_size, b, p.prompt_len, p.init_seed + 1, device)
         first = prefill(model, ids)
         decode(model, ids, p.new_tokens, True, first)  # warm-up
-        pre = [_seconds(lambda: prefill(model, ids), sync) for _ in range(p.repeats)]
-        dec = [_seconds(lambda: decode(model, ids, p.new_tokens, True, first), sync) for _ in range(p.repeats)]
+        pre = [duration(lambda: prefill(model, ids), sync) for _ in range(p.repeats)]
+        dec = [duration(lambda: decode(model, ids, p.new_tokens, True, first), sync) for _ in range(p.repeats)]
         per_token = [t / p.new_tokens for t in dec]
         rows.append(
             {
@@ -136,19 +127,18 @@ def vs_hf(ctx, p, device) -> dict:
     (decode.decode): the gap is the models' forward. `generate`: each library's own generate (ours:
     steps.models.generate, HF's with its logits processors, stopping criteria and Cache object): the
     gap between the two ratios is the loops around the models."""
-    from steps.inference.cells import _hf_generate
     from steps.models.generate import generate
     from steps.models.hf_convert import to_hf
 
     ours = build_model(p.model, p.dtype, p.init_seed, device)
     hf = to_hf(ours)
     ids = prompt_ids(ours.config.vocab_size, 1, p.prompt_len, p.init_seed + 1, device)
-    n, sync = p.new_tokens, _sync(device)
-    t_ours, t_hf, loop = _timed_pair(lambda: decode(ours, ids, n, True), lambda: decode(hf, ids, n, True), p, sync)
-    g_ours, g_hf, lib = _timed_pair(
-        lambda: generate(ours, ids, n), lambda: _hf_generate(hf, ids, n, do_sample=False), p, sync
+    n, sync = p.new_tokens, device_sync(device)
+    t_ours, t_hf, loop = timed_pair(lambda: decode(ours, ids, n, True), lambda: decode(hf, ids, n, True), p, sync)
+    g_ours, g_hf, lib = timed_pair(
+        lambda: generate(ours, ids, n), lambda: hf_generate(hf, ids, n, do_sample=False), p, sync
     )
-    same = torch.equal(generate(ours, ids, n), _hf_generate(hf, ids, n, do_sample=False))
+    same = torch.equal(generate(ours, ids, n), hf_generate(hf, ids, n, do_sample=False))
     df = pd.DataFrame(
         [
             {"timed": "same loop (models)", "ours tokens/s": n / t_ours, "HF tokens/s": n / t_hf, **loop.to_dict()},
@@ -169,7 +159,5 @@ def vs_hf(ctx, p, device) -> dict:
 def _loop_share(forward_ratio: float, generate_ratio: float) -> float:
     """Of the log-gap between the libraries' generate, the share not explained by the models'
     forward (0: the forward is all of it; 1: the loop is). NaN when there is no gap."""
-    import math
-
     total = math.log(generate_ratio)
     return (total - math.log(forward_ratio)) / total if abs(total) > 1e-9 else float("nan")
