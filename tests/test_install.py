@@ -306,6 +306,7 @@ def resolves(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.live  # waits ~100 s on the package index, a service outside: README's second command
 @pytest.mark.parametrize("version", ["3.12", "3.13"])
 def test_whole_dependency_tree_resolves_for_python(resolves, version):
     how, rc, log, report = resolves[version]

@@ -156,3 +156,20 @@ def test_report_values_mask_a_ratio_quoted_in_text_but_not_the_words(tmp_path):
     assert a[("sharding", "jax_lessons", "notes")] == "jit (timed) eager's speed; compiled 1× for 3 calls"
     assert not differences(a, b)
     assert list(differences(a, c)) == [("sharding", "jax_lessons", "notes")]
+
+
+def test_report_values_leave_out_a_stages_measured_columns_and_keep_its_predicted_ones(tmp_path):
+    """The inference stage's timed speed-up differs run to run (a cluster run against a local one,
+    tests/test_slurm.py); its predicted latency comes from a formula and must not."""
+    from steps.core.stage import Presentation
+    from steps.report.values import differences, report_values
+
+    cols = "cell,cache speed-up,predicted decode ms/token"
+    for side, row in {"a": "x,1.29,8.13", "b": "x,1.37,8.13", "c": "x,1.29,8.2"}.items():
+        (tmp_path / side / "reports").mkdir(parents=True)
+        (tmp_path / side / "reports" / "inference.csv").write_text(f"{cols}\n{row}\n")
+    a, b, c = (report_values(tmp_path / s) for s in "abc")
+    assert a == {("inference", "x", "predicted decode ms/token"): "8.13"} and not differences(a, b)
+    assert differences(a, c) == {("inference", "x", "predicted decode ms/token"): ("8.13", "8.2")}
+    with pytest.raises(ValueError, match="measured column 'speed' is not a column"):
+        Presentation(columns={"speed-up": "metrics.s"}, measured=["speed"])

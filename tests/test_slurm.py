@@ -118,7 +118,10 @@ def timelimit(minutes: int) -> str:
 def slurm_dag(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm_dag")
     start = time.time()
-    proc = profile_run(work, cluster)
+    # A perf job takes every core of a local run (--cores 2 in the smoke run) and the config's
+    # `threads` (1) on a cluster; fp32 sums follow torch's intra-op thread count (the perf loss
+    # differs in its 7th digit between 1 and 2 threads), so the cluster's perf jobs ask the same 2.
+    proc = profile_run(work, cluster, "--set-threads", "perf=2")
     wall = time.time() - start
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-8000:]

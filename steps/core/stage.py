@@ -33,6 +33,9 @@ section from its Presentation:
             the whole resolved config
   columns_for  f(params) -> the column titles a cell of these params fills, where a stage's cells
             measure different things (miniTorch: ops, GPT, classifier); None = every column
+  measured  ["<column title>", ...]: columns whose values time, rate or depend on the process
+            (a speed-up, a latency, a throughput gain) beyond what steps/report/values.py's TIMED
+            pattern already names: left out of the report values that must repeat run to run
   system_metrics  True for stages that train: their runs log MLflow's system metrics (CPU, memory;
             GPU on CUDA), steps/tracking/mlflow_run.py
 
@@ -66,6 +69,7 @@ class Presentation:
     figures: Callable | None = None
     params_used: Callable[[dict], dict] | None = None
     columns_for: Callable[[dict], Sequence[str]] | None = None
+    measured: Sequence[str] = ()
     system_metrics: bool = False
 
     def __post_init__(self):
@@ -84,6 +88,7 @@ class Presentation:
         named += [("headline_if", self.headline_if[0] if self.headline_if else None)]
         named += [("headline_interval", c) for c in self.headline_interval or ()]
         named += [("headline_of", self.headline_of[0] if self.headline_of else None)]
+        named += [("measured", c) for c in self.measured]
         for what, column in named:
             if column is not None and column not in titles:
                 raise ValueError(f"{where}: {what} column {column!r} is not a column")

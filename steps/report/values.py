@@ -3,7 +3,8 @@
     python -m steps.report.values RESULTS_A RESULTS_B     # e.g. before/results after/results
 
 Every value of every table in `<results>/reports/*.csv` except the columns that time, rate or
-measure the process (they differ run to run), and the measured ratios a text column quotes with
+measure the process (they differ run to run: TIMED below, and each stage presentation's
+`measured` columns), and the measured ratios a text column quotes with
 their interval ("jit 193× [180, 201] eager's speed" in jax_lessons' notes): what must stay
 identical across a refactor, a cluster run or a second run of the same config."""
 
@@ -23,14 +24,23 @@ TIMED = re.compile(
 TIMED_IN_TEXT = re.compile(r"\d[\d.,e+-]*× \[[^\]]*\]")
 
 
+def measured_columns(stage: str) -> frozenset[str]:
+    """The columns `stage`'s presentation declares measured (none for a table of no stage)."""
+    from steps.compare.table import presentation_of
+
+    shown = presentation_of(stage)
+    return frozenset(shown.measured) if shown else frozenset()
+
+
 def report_values(results: Path) -> dict[tuple[str, str, str], str]:
     """{(table, cell, column): value} of every report table under `results/reports`, timings left out."""
     values = {}
     for table in sorted((Path(results) / "reports").glob("*.csv")):
+        measured = measured_columns(table.stem)
         with table.open() as f:
             for row in csv.DictReader(f):
                 for col, value in row.items():
-                    if col not in ("cell", "reason") and not TIMED.search(col):
+                    if col not in ("cell", "reason", *measured) and not TIMED.search(col):
                         values[table.stem, row["cell"], col] = TIMED_IN_TEXT.sub("(timed)", value)
     return values
 
