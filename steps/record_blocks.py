@@ -79,15 +79,28 @@ def target_verdict(low: float, high: float) -> str:
     return "met" if low >= TORCH_TARGET else "not decided (the interval spans the target)"
 
 
+def with_interval(section: str, cell: str, mid: str, low: str, high: str) -> Callable[[Record], str]:
+    """`cell`'s `mid` column with its recorded interval, "1.29× [1.2, 1.4]"; "" when absent."""
+
+    def get(r: Record) -> str:
+        m, lo, hi = (r.value(section, cell, (c,)) for c in (mid, low, high))
+        return f"{m}× [{lo}, {hi}]" if m and lo and hi else (f"{m}×" if m else "")
+
+    return get
+
+
 def torch_ratio(cell: str, with_target: bool = False) -> Callable[[Record], str]:
     """`cell`'s tokens/s ÷ torch eager's with its interval (and the target's verdict), as recorded."""
 
+    ratio = with_interval("minitorch", cell, "× torch eager", "× torch low", "× torch high")
+
     def get(r: Record) -> str:
-        mid, low, high = (r.value("minitorch", cell, (c,)) for c in ("× torch eager", "× torch low", "× torch high"))
-        if not mid:
-            return ""
-        text = f"{mid}× [{low}, {high}]" if low and high else f"{mid}×"
-        if with_target and low and high:
+        text, low, high = (
+            ratio(r),
+            r.value("minitorch", cell, ("× torch low",)),
+            r.value("minitorch", cell, ("× torch high",)),
+        )
+        if with_target and text and low and high:
             text += f": target {target_verdict(float(low), float(high))}"
         return text
 
@@ -116,6 +129,7 @@ def headline(records: list[Record], link: Link) -> str:
         ("our GPT vs HF (the models the record ran): worst fp64 gradient error", key_number("gpt_parity")),
         ("sharding: worst parity error ÷ tolerance", key_number("sharding")),
         ("scale (simulated H100s): worst predicted ÷ published tokens/s per GPU", key_number("scale")),
+        ("inference: KV-cache decode × uncached at the longest context, interleaved", key_number("inference")),
     ]
     note = (
         f"\n\n{MISSING}: not in the record (a hand-written record keeps only its headline table). "
@@ -173,9 +187,38 @@ def gpt_fast_span(records: list[Record]) -> str:
     )
 
 
+def inference(records: list[Record], link: Link) -> str:
+    """docs/inference.md: parity, what the cache and multi-query buy (measured), the partitioning
+    model against the paper's two points (predicted)."""
+    inf = partial(joined, "inference")
+    rows: list[Row] = [
+        ("parity: greedy = HF / sampled = HF / cached = uncached (1 = equal)", inf("parity", *PARITY)),
+        ("parity: last step's logits, worst error vs HF (fp64)", inf("parity", "logits err vs HF")),
+        ("kv_cache: longest context (tokens)", inf("kv_cache", "context")),
+        (
+            "kv_cache: cached × uncached decode tokens/s there, interleaved, 95 % interval",
+            with_interval("inference", "kv_cache", "cache speed-up", "speed-up low", "speed-up high"),
+        ),
+        ("kv_cache: cache bytes = formula (1 = exactly)", inf("kv_cache", "cache bytes = formula")),
+        ("attention: MQA cache bytes ÷ MHA's / max batch × MHA's (measured)", inf("attention", *MQA_MEMORY)),
+        ("attention: MQA decode tokens/s × MHA's at the longest context", inf("attention", "MQA decode × MHA")),
+        ("batching: decode tokens/s at batch 1 / best; throughput gain", inf("batching", *BATCHING)),
+        ("vs_hf: ours × HF decode tokens/s (each library's generate)", inf("vs_hf", "ours × HF")),
+        ("partition (predicted): PaLM 540B decode ms/token ÷ the paper's 29 ms", inf("partition", PALM[0])),
+        ("partition (predicted): prefill MFU ÷ the paper's 76 %", inf("partition", PALM[1])),
+    ]
+    return grid(records, link, rows, "inference")
+
+
+PARITY = ("greedy = HF", "sampled = HF", "cached = uncached")
+MQA_MEMORY = ("MQA cache ÷ MHA", "MQA max batch × MHA")
+BATCHING = ("tokens/s B1", "tokens/s best", "throughput gain")
+PALM = ("predicted ÷ published decode", "predicted ÷ published MFU")
+
 BLOCKS: dict[str, Callable[[list[Record], Link], str]] = {
     "headline": headline,
     "runs": runs,
     "word2vec": word2vec,
     "minitorch": minitorch,
+    "inference": inference,
 }
