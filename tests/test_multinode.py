@@ -79,6 +79,7 @@ def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():
         {"2,3": 100.0, "1,3": 40.0},
     ]
     metrics, text = links.per_link({"fsdp": 2, "tp": 2}, 2, groups)
+    crossing = metrics.pop("dispatch_comm_crossing_bytes_step")
     assert metrics == {
         "dispatch_comm_bytes_step_fsdp": 40.0,
         "dispatch_comm_bytes_step_tp": 100.0,
@@ -86,9 +87,15 @@ def test_bytes_per_mesh_axis_land_on_the_link_the_axis_uses():
         "dispatch_comm_intra_node_bytes_step": 100.0,
     }
     assert text == "fsdp inter-node 0.0 KiB; tp intra-node 0.1 KiB"
+    # a ring sends each fsdp group's bytes across (2 ranks, one per node), no tp byte
+    assert crossing == 4 * 40.0
+    # one group of 4 ranks on 2 nodes: its ring crosses on 2 of 4 edges (1 -> 2, 3 -> 0)
+    ddp = links.per_link({"dp": 4}, 2, [{"0,1,2,3": 10.0}] * 4)[0]
+    assert ddp["dispatch_comm_inter_node_bytes_step"] == 10.0 and ddp["dispatch_comm_crossing_bytes_step"] == 20.0
     # the same cell on one host: every axis intra-node
     one = links.per_link({"fsdp": 2, "tp": 2}, 4, groups)[0]
-    assert one["dispatch_comm_inter_node_bytes_step"] == 0 and one["dispatch_comm_intra_node_bytes_step"] == 140.0
+    assert one["dispatch_comm_inter_node_bytes_step"] == one["dispatch_comm_crossing_bytes_step"] == 0
+    assert one["dispatch_comm_intra_node_bytes_step"] == 140.0
     assert links.axis_of({"fsdp": 2, "tp": 2}, [0, 1, 2, 3]) == "fsdp×tp"
 
 
@@ -208,6 +215,14 @@ def test_native_cell_across_two_hosts_matches_one_device(two_hosts, tmp_path, ce
     # the veth carried at least the inter-node bytes node 0's two ranks sent over the steps
     sent = _tx_bytes(NS[0], NET["TWO_HOSTS_IF_A"]) - tx0
     assert sent >= 2 * inter * TINY["steps"], (sent, inter)
+    # the stage's own wire count beside the dispatch count: each node's veth end over its steps, against
+    # a ring's crossing bytes (measured 2026-11-26: ddp 1.15x, fsdp2 1.79x, fsdp_tp 1.75x; gloo on a
+    # 4-rank group sends a ring, its reduce-scatter more): an algorithm that crossed less would fail
+    ring = m["dispatch_comm_crossing_bytes_step"]
+    print(f"\n{cell}: {m['wire_tx_bytes_step']:.0f} B/step on the veths, a ring of the dispatched ops {ring:.0f}")
+    assert ring == (inter * m["world"] if cell == "fsdp_tp" else inter * m["world"] / 2)  # 2 of 4 ring edges cross
+    assert m["wire_over_dispatch_crossing"] == pytest.approx(m["wire_tx_bytes_step"] / ring)
+    assert m["wire_over_dispatch_crossing"] >= 1.0
     # the MLflow run of the cell holds the per-link numbers
     import mlflow
 

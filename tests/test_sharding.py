@@ -95,6 +95,7 @@ def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra
     m = summarize(p, ranks)
     # every rank checked itself against one device (a JAX cell: every device's shard, in one record)
     assert len(ranks) == (1 if backend.startswith("jax") else p.world)
+    assert "wire_tx_bytes_step" not in m  # one host: no link between hosts to count
     assert all(len(r["dgrad"]) == len(r["dloss"]) == p.steps and "dparam" in r for r in ranks)
     assert m["parity_max_dloss"] <= p.tolerance
     assert m["parity_max_dgrad"] <= p.tolerance  # gradients, not only losses (FSDP2-on-gloo report)

@@ -88,6 +88,15 @@ def check_loss_dtype(loss: torch.Tensor, dtype) -> None:
         )
 
 
+def wire_counter() -> Path | None:
+    """The sent-bytes counter of the interface gloo uses between hosts (GLOO_SOCKET_IFNAME, which
+    nodes.rank_env sets on a multi-node launch), read on each node's local rank 0 only; None
+    elsewhere. Inside `ip netns exec` /sys is the namespace's own, so a veth end counts one host."""
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    path = Path("/sys/class/net", ifname, "statistics", "tx_bytes")
+    return path if ifname and int(os.environ.get("LOCAL_RANK", 0)) == 0 and path.exists() else None
+
+
 def run(plan: Plan, out: Path) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[plan.dtype]
@@ -101,6 +110,12 @@ def run(plan: Plan, out: Path) -> dict:
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
     groups: dict[str, float] = {}
     spreads = []  # (max |view_r - view_0| over the ranks, name): gradients every step, then parameters
+    # bytes on the wire where a link between hosts is named: every rank joins one more barrier per
+    # step (so the node's count ends with every rank's step), a single-host run is left as it was
+    across_hosts = bool(os.environ.get("GLOO_SOCKET_IFNAME")) and int(os.environ.get("LOCAL_WORLD_SIZE", world)) < world
+    wire = wire_counter() if across_hosts else None
+    if wire:
+        rec["wire_tx_bytes"] = []
     hardware.reset_peak_rss()
     for step in range(plan.steps):
         maybe_fault(plan, rank, step, out)
@@ -108,6 +123,7 @@ def run(plan: Plan, out: Path) -> dict:
         dist.barrier()
         device_sync()
         counter.reset()
+        tx0 = int(wire.read_text()) if wire else 0
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with engine.comm_mode(counter, world):
@@ -115,6 +131,10 @@ def run(plan: Plan, out: Path) -> dict:
         opt.step()
         device_sync()
         rec["step_s"].append(time.perf_counter() - t0)
+        if across_hosts:
+            dist.barrier()
+        if wire:
+            rec["wire_tx_bytes"].append(int(wire.read_text()) - tx0)
         maybe_diverge(plan, named, rank, step)
         rec["comm_bytes"].append(counter.bytes)
         rec["comm_calls"], rec["comm_detail"] = dict(counter.calls), dict(counter.detail)
