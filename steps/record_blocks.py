@@ -79,27 +79,22 @@ def target_verdict(low: float, high: float) -> str:
     return "met" if low >= TORCH_TARGET else "not decided (the interval spans the target)"
 
 
+def interval_text(mid: str, low: str, high: str) -> str:
+    """A recorded ratio with its interval, "1.29× [1.2, 1.4]" (no interval: "1.29×"; none: "")."""
+    return f"{mid}× [{low}, {high}]" if mid and low and high else (f"{mid}×" if mid else "")
+
+
 def with_interval(section: str, cell: str, mid: str, low: str, high: str) -> Callable[[Record], str]:
-    """`cell`'s `mid` column with its recorded interval, "1.29× [1.2, 1.4]"; "" when absent."""
-
-    def get(r: Record) -> str:
-        m, lo, hi = (r.value(section, cell, (c,)) for c in (mid, low, high))
-        return f"{m}× [{lo}, {hi}]" if m and lo and hi else (f"{m}×" if m else "")
-
-    return get
+    """A row getter: `cell`'s `mid` column with its recorded interval (interval_text)."""
+    return lambda r: interval_text(*(r.value(section, cell, (c,)) for c in (mid, low, high)))
 
 
 def torch_ratio(cell: str, with_target: bool = False) -> Callable[[Record], str]:
     """`cell`'s tokens/s ÷ torch eager's with its interval (and the target's verdict), as recorded."""
 
-    ratio = with_interval("minitorch", cell, "× torch eager", "× torch low", "× torch high")
-
     def get(r: Record) -> str:
-        text, low, high = (
-            ratio(r),
-            r.value("minitorch", cell, ("× torch low",)),
-            r.value("minitorch", cell, ("× torch high",)),
-        )
+        mid, low, high = (r.value("minitorch", cell, (c,)) for c in ("× torch eager", "× torch low", "× torch high"))
+        text = interval_text(mid, low, high)
         if with_target and text and low and high:
             text += f": target {target_verdict(float(low), float(high))}"
         return text

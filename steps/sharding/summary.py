@@ -44,11 +44,11 @@ def summarize(plan, ranks: list[dict]) -> dict:
         m.update(link_m, nodes=max(plan.world // max(local, 1), 1))
     wire = [statistics.mean(r["wire_tx_bytes"]) for r in ranks if r.get("wire_tx_bytes")]
     if wire:  # multi-node: what each node's link interface sent per step (worker.wire_counter), summed
-        m["wire_tx_bytes_step"] = sum(wire)
+        sent = m["wire_tx_bytes_step"] = sum(wire)
         # against what a ring of the dispatched collectives would send across the nodes (links.per_link):
         # the excess is TCP/IP headers, the barriers and whatever gloo's own algorithms send beyond a ring
         crossing = m.get("dispatch_comm_crossing_bytes_step", 0.0)
-        m["wire_over_dispatch_crossing"] = sum(wire) / crossing if crossing else float("nan")
+        m["wire_over_dispatch_crossing"] = sent / crossing if crossing else float("nan")
     if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
         m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]
     return m
