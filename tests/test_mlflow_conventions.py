@@ -22,6 +22,7 @@ from tests.conftest import ROOT, clean_env, run_stage, snakemake, stage_params
 pytestmark = pytest.mark.slow
 UNTIL = ("word2vec", "train_tokenizer", "prepare_mcq")  # + prepare_corpus, their input
 STAGES = ("prepare_corpus", "prepare_mcq", "train_tokenizer", "word2vec")
+W2V_CELLS = f"word2vec={json.dumps({'select': ['sgd', 'gensim']})}"  # the two cells the tests read
 
 
 def api(base: str, path: str, body: dict | None = None) -> dict:
@@ -73,9 +74,10 @@ def tracking(base: str) -> str:
 
 @pytest.fixture(scope="module")
 def dag(server, tmp_path_factory) -> Path:
-    """Part of the smoke DAG (corpus, tokenizer, MCQ splits, the word2vec cells) logging to the server."""
+    """Part of the smoke DAG (corpus, tokenizer, MCQ splits, two word2vec cells: ours and gensim)
+    logging to the server."""
     work = tmp_path_factory.mktemp("dag")
-    snakemake(work, "--config", tracking(server), "--until", *UNTIL)
+    snakemake(work, "--config", tracking(server), W2V_CELLS, "--until", *UNTIL)
     return work
 
 

@@ -100,8 +100,8 @@ def test_forcerun_one_stage_plans_only_it_and_dependents(smoke_dag):
 def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
-    cmd = snakemake_cmd(tmp_path, "--until", "train_tokenizer")
-    metrics = tmp_path / stage_paths("train_tokenizer")[1]["metrics"]
+    cmd = snakemake_cmd(tmp_path, "--until", "prepare_corpus")  # one job: the one killed
+    metrics = tmp_path / stage_paths("prepare_corpus")[1]["metrics"]
     proc = subprocess.Popen(  # SIGINT at its default, as in a user's terminal (never inherited as ignored)
         cmd,
         env=clean_env(),
@@ -129,5 +129,5 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
             os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=120)
     assert not metrics.exists()
-    snakemake(tmp_path, "--until", "train_tokenizer")
+    snakemake(tmp_path, "--until", "prepare_corpus")
     assert metrics.exists()

@@ -175,3 +175,37 @@ def test_ui_serves_a_moved_store_its_report_and_refuses_a_busy_port(original, tm
     finally:
         stop(proc)
     assert not original.exists() and os.path.isdir(moved)
+
+
+def store_contents(db: Path) -> tuple[list, dict]:
+    """(schema, every table's rows) of an SQLite store, the creation times of experiment 0 left out
+    and the lab's own root tag (portable.py) dropped."""
+    with sqlite3.connect(db) as con:
+        schema = sorted(con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall(), key=str)
+        tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        rows = {t: sorted(con.execute(f'SELECT * FROM "{t}"').fetchall(), key=str) for t in tables}
+        cols = [r[1] for r in con.execute('PRAGMA table_info("experiments")')]
+    times = [cols.index("creation_time"), cols.index("last_update_time")]
+    rows["experiments"] = [tuple(v for i, v in enumerate(r) if i not in times) for r in rows["experiments"]]
+    rows["experiment_tags"] = [r for r in rows["experiment_tags"] if ROOT_TAG not in r]
+    return schema, rows
+
+
+def test_a_new_store_is_the_store_mlflow_makes(tmp_path, monkeypatch):
+    """A new store starts as a copy of MLflow's own empty store, made once per MLflow version in the
+    cache folder (its migrations cost 5-10 s a store): the same schema, migration head and rows as
+    the store MLflow makes in the same folder, the Default experiment's artifact location included."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    made, seeded, again = tmp_path / "made.db", tmp_path / "results" / "mlflow.db", tmp_path / "again" / "mlflow.db"
+    MlflowClient(f"sqlite:///{made}").search_experiments(max_results=1)
+    store.client(f"sqlite:///{seeded}")
+    [template] = (tmp_path / "cache" / "n00bgpt").glob("mlflow-*-empty.db")
+    made_schema, made_rows = store_contents(made)
+    assert made_rows["alembic_version"] and made_rows["experiments"]
+    assert store_contents(seeded) == (made_schema, made_rows)
+    mtime = template.stat().st_mtime_ns
+    store.client(f"sqlite:///{again}")  # the next new store: a copy of the same template, not made again
+    assert template.stat().st_mtime_ns == mtime and store_contents(again) == (made_schema, made_rows)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
+import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,10 +93,66 @@ def client(uri: str | None = None):
     uri = tracking_uri(uri)
     mlflow.set_tracking_uri(uri)
     with write_lock(uri):
+        seed_new_store(uri)
         c = MlflowClient(uri)
         retrying(c.search_experiments, max_results=1)  # forces schema creation/migration
         follow_moved_store(uri)
     return c
+
+
+def empty_store() -> Path | None:
+    """An empty store as MLflow makes it (its ~60 schema migrations, 5-10 s of CPU), made once per MLflow
+    version in the user's cache folder (~/.cache/n00bgpt, or $XDG_CACHE_HOME): every new results/
+    folder starts as a copy of it. None where that folder cannot be written (MLflow then makes each
+    new store itself, as before)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "n00bgpt"
+    path = cache / f"mlflow-{mlflow.__version__}-empty.db"
+    if path.exists():
+        return path
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            made, ready = Path(tmp) / "mlflow.db", Path(tmp) / "copy.db"
+            MlflowClient(f"sqlite:///{made}").search_experiments(max_results=1)  # MLflow's own migrations
+            shutil.copyfile(made, ready)  # no transaction is open: a consistent copy
+            os.replace(ready, path)  # whole or absent, also with two jobs making it at once
+    except OSError:
+        return None
+    return path
+
+
+def seed_new_store(uri: str) -> None:
+    """A local SQLite store that does not exist yet (or is an empty file) starts as a copy of
+    `empty_store()`, with what MLflow sets at creation set again here: the `Default` experiment's
+    artifact location (from this process's folder, as MLflow derives it) and its times.
+    tests/test_portable_store.py checks a seeded store against one MLflow makes. Call under the lock."""
+    if not _is_local_sqlite(uri):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    if db.exists() and db.stat().st_size > 0:
+        return
+    template = empty_store()
+    if template is None:
+        return
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+    root = os.environ.get("_MLFLOW_SERVER_ARTIFACT_ROOT", DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+    location = append_to_uri_path(resolve_uri_if_local(root), "0")
+    now = int(time.time() * 1000)
+    new = db.with_name(db.name + ".new")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, new)
+    with contextlib.closing(sqlite3.connect(new)) as con, con:
+        con.execute(
+            "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+            "WHERE experiment_id = 0",
+            (location, now, now),
+        )
+    os.replace(new, db)
 
 
 def follow_moved_store(uri: str) -> None:
