@@ -20,7 +20,7 @@ from steps.scale.fakeworld import leave_fake_world
 from steps.scale.scale_plan import ScalePlan
 from steps.scale.steptime import memory, predict
 from steps.sharding.plan import PlanError
-from tests.conftest import DEFAULT, run_stage
+from tests.conftest import DEFAULT, assert_matches_single_device, run_stage
 
 SIZES = dict(n_embd=64, n_layer=3, n_head=8, vocab_size=256, block_size=32)
 TINY = {  # GPTConfig fields of the two families (steps/models/shapes.py)
@@ -252,6 +252,46 @@ def gloo_runs(tmp_path_factory):
     for cell in GLOO_CELLS:
         run_stage(work, "sharding", sharding_params(cell), cell=cell)
     return {c: work / f"results/sharding/{c}/metrics.json" for c in GLOO_CELLS}
+
+
+def test_gloo_cells_are_the_native_strategies_on_one_host():
+    """The torch_native GPT strategies test_sharding.py leaves to the gloo cells (DDP, FSDP2, TP with
+    sequence parallel, fsdp×tp; TP and dp×tp besides): the default config must keep running them."""
+    from steps.sharding.plan import Plan
+
+    plans = [Plan.from_params(sharding_params(c)) for c in GLOO_CELLS]
+    assert {(p.backend, p.model, p.optimizer, p.launch.nnodes) for p in plans} == {("torch_native", "gpt", "sgd", 1)}
+    assert [(p.strategy, dict(p.mesh), p.sequence_parallel) for p in plans] == [
+        ("dp", {"dp": 2}, False),
+        ("fsdp", {"fsdp": 2}, False),
+        ("tp", {"tp": 2}, False),
+        ("dp_tp", {"dp": 2, "tp": 2}, False),
+        ("fsdp_tp", {"fsdp": 2, "tp": 2}, False),
+        ("tp", {"tp": 2}, True),
+    ]
+
+
+PARITY_KEYS = ("parity_ok", "parity_err_worst", "parity_max_dloss", "parity_max_dgrad", "parity_max_dparam",
+               "parity_replica_spread", "state_ratio", "dispatch_comm_ratio")  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", GLOO_CELLS)
+def test_native_gloo_cell_matches_single_device(gloo_runs, cell):
+    """test_sharding.py's test_strategy_matches_single_device on the gloo cells above (the suite's
+    only launch of these torch_native strategies): every rank's record against one device, and the
+    cell's metrics.json carries the same verdict."""
+    from steps.sharding.launch import collect
+    from steps.sharding.plan import Plan
+    from steps.sharding.summary import summarize
+
+    p = Plan.from_params({**sharding_params(cell), "seed": 1234})  # run_stage's seed
+    ranks = collect(gloo_runs[cell].parent / "ranks", p.world)
+    m = summarize(p, ranks)
+    assert_matches_single_device(p, ranks, m)
+    rec = json.loads(gloo_runs[cell].read_text())
+    assert rec["status"] == "ok"
+    assert {k: rec["metrics"][k] for k in PARITY_KEYS} == {k: m[k] for k in PARITY_KEYS}
 
 
 @pytest.mark.slow
