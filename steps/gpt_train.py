@@ -170,8 +170,8 @@ def run(ctx: StageRun) -> dict:
     plot_curves(ctx, state.history)
 
     peaks = {
-        dt: peak_flops(dt, device)  # measured once, this run
-        for dt in [matmul_dtype(p.amp), *bench_dtypes(ctx, p.bench, device)]
+        dt: peak_flops(dt, device)  # measured once a dtype, this run (the bench's fp32 is training's too)
+        for dt in dict.fromkeys([matmul_dtype(p.amp), *bench_dtypes(ctx, p.bench, device)])
     }
     fpt = flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")

@@ -165,8 +165,10 @@ def test_training_runs_log_system_metrics_until_they_end(tmp_path, monkeypatch):
 
 def test_system_metrics_sampling_changes_no_number(gpt_data_dir, monkeypatch):
     """A real gpt_train job sampled every 50 ms and one whose sampler idles (1000 s): the same losses,
-    bit for bit; the sampled one has its system metrics (RoPE: no HF export, to keep it short)."""
-    params = stage_params("gpt_train", **TINY_TRAIN)
+    bit for bit; the sampled one has its system metrics. Kept short: RoPE (no HF export), 3 steps
+    with one evaluation, no samples (beam search), no bench (TINY_TRAIN)."""
+    short = {"max_steps": 3, "warmup_steps": 1, "eval_interval": 3, "ckpt_interval": 3, "samples": {"prompts": []}}
+    params = stage_params("gpt_train", **{**TINY_TRAIN, **short})
     params["model"]["pos"] = "rope"
     folder, recs = gpt_data_dir / "results" / "gpt_train" / "sysmetrics", {}
     for interval in ("0.05", "1000"):
