@@ -103,23 +103,23 @@ def client(uri: str | None = None):
 def empty_store() -> Path | None:
     """An empty store as MLflow makes it (its ~60 schema migrations, 5-10 s of CPU), made once per MLflow
     version in the user's cache folder (~/.cache/n00bgpt, or $XDG_CACHE_HOME): every new results/
-    folder starts as a copy of it. None where that folder cannot be written (MLflow then makes each
-    new store itself, as before)."""
+    folder starts as a copy of it. None where there is no such folder or it cannot be written (MLflow
+    then makes each new store itself, as before)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "n00bgpt"
-    path = cache / f"mlflow-{mlflow.__version__}-empty.db"
-    if path.exists():
-        return path
     try:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "n00bgpt"
+        path = cache / f"mlflow-{mlflow.__version__}-empty.db"
+        if path.exists():
+            return path
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             made, ready = Path(tmp) / "mlflow.db", Path(tmp) / "copy.db"
             MlflowClient(f"sqlite:///{made}").search_experiments(max_results=1)  # MLflow's own migrations
             shutil.copyfile(made, ready)  # no transaction is open: a consistent copy
             os.replace(ready, path)  # whole or absent, also with two jobs making it at once
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: no home folder to find (Path.home)
         return None
     return path
 
