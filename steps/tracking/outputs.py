@@ -18,7 +18,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from steps.tracking.store import tracking_uri
+from steps.tracking.store import local_db, tracking_uri
 
 SUFFIX = ".broken"
 
@@ -30,9 +30,9 @@ class BrokenStore(Exception):
 def store_runs(uri: str) -> set[str] | None:
     """The active run ids of a local SQLite store (empty when the file is missing or new), or None
     for a store this check does not read."""
-    if not uri.startswith("sqlite:///"):
+    path = local_db(uri)
+    if path is None:
         return None
-    path = Path(uri.removeprefix("sqlite:///"))
     if not path.exists():
         return set()
     try:

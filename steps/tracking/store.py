@@ -42,13 +42,19 @@ def _is_local_sqlite(uri: str) -> bool:
     return uri.startswith("sqlite:///")
 
 
+def local_db(uri: str) -> Path | None:
+    """The database file of a local SQLite store; None for a server or another database."""
+    return Path(uri.removeprefix("sqlite:///")) if _is_local_sqlite(uri) else None
+
+
 @contextlib.contextmanager
 def write_lock(uri: str):
     """Hold an exclusive lock for a local SQLite store; no-op for servers and real databases."""
-    if not _is_local_sqlite(uri):
+    db = local_db(uri)
+    if db is None:
         yield
         return
-    lock_path = Path(uri.removeprefix("sqlite:///")).with_suffix(".lock")
+    lock_path = db.with_suffix(".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -115,10 +121,9 @@ def empty_store() -> Path | None:
             return path
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            made, ready = Path(tmp) / "mlflow.db", Path(tmp) / "copy.db"
+            made = Path(tmp) / "mlflow.db"
             MlflowClient(f"sqlite:///{made}").search_experiments(max_results=1)  # MLflow's own migrations
-            shutil.copyfile(made, ready)  # no transaction is open: a consistent copy
-            os.replace(ready, path)  # whole or absent, also with two jobs making it at once
+            os.replace(made, path)  # no transaction is open; whole or absent, also with two jobs at once
     except (OSError, RuntimeError):  # RuntimeError: no home folder to find (Path.home)
         return None
     return path
@@ -129,18 +134,18 @@ def seed_new_store(uri: str) -> None:
     `empty_store()`, with what MLflow sets at creation set again here: the `Default` experiment's
     artifact location (from this process's folder, as MLflow derives it) and its times.
     tests/test_portable_store.py checks a seeded store against one MLflow makes. Call under the lock."""
-    if not _is_local_sqlite(uri):
-        return
-    db = Path(uri.removeprefix("sqlite:///"))
-    if db.exists() and db.stat().st_size > 0:
+    db = local_db(uri)
+    if db is None or (db.exists() and db.stat().st_size > 0):
         return
     template = empty_store()
     if template is None:
         return
     from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.tracking._tracking_service.utils import _SERVER_ARTIFACT_ROOT_ENV_VAR
     from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
 
-    root = os.environ.get("_MLFLOW_SERVER_ARTIFACT_ROOT", DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+    # the Default experiment's location as MLflow's _get_sqlalchemy_store derives it
+    root = os.environ.get(_SERVER_ARTIFACT_ROOT_ENV_VAR, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
     location = append_to_uri_path(resolve_uri_if_local(root), "0")
     now = int(time.time() * 1000)
     new = db.with_name(db.name + ".new")
@@ -158,10 +163,11 @@ def seed_new_store(uri: str) -> None:
 def follow_moved_store(uri: str) -> None:
     """A local store opened from another folder than its last (a copied or moved results/): its
     artifact locations follow it (steps/tracking/portable.py). Call under the store's write lock."""
-    if _is_local_sqlite(uri):
+    db = local_db(uri)
+    if db is not None:
         from steps.tracking.portable import reroot
 
-        reroot(Path(uri.removeprefix("sqlite:///")))
+        reroot(db)
 
 
 def experiment_name(stage: str) -> str:
@@ -208,9 +214,9 @@ def check_writable(uri: str) -> None:
     file or file system), naming the path and the fix. Found otherwise deep in a traceback: an
     OSError on the lock file, or SQLite's "attempt to write a readonly database" at the first run.
     SQLite writes its journal beside the database, so the folder must be writable too."""
-    if not _is_local_sqlite(uri):
+    db = local_db(uri)
+    if db is None:
         return
-    db = Path(uri.removeprefix("sqlite:///"))
     folder = next(p for p in (db.parent, *db.parent.parents) if p.exists())  # where mkdir would start
     for path in (folder, db, db.with_suffix(".lock")):
         if path.exists() and not os.access(path, os.W_OK):
