@@ -30,18 +30,15 @@ GPU = ROOT / "configs" / "gpu.yaml"
 # for MinJobAge. Where SLURM's client is installed (CI installs it for test_slurm) but no controller
 # runs, that call waits out its 10 s timeout: 9-10 s of every `snakemake` and `steps.prefetch` start.
 # Tests that use no cluster give SLURM an empty config, so scontrol fails at once; this process too
-# (the Snakemake API some tests load in it). test_slurm's cluster gets the real one back.
+# (the Snakemake API some tests load in it) and every child. test_slurm lifts it while it runs.
 NO_SLURM = {"SLURM_CONF": "/dev/null"}
 os.environ.update(NO_SLURM)
 
 
-def clean_env(slurm: bool = False) -> dict:
+def clean_env() -> dict:
     """The environment for a child job: MLflow's `set_tracking_uri` exports MLFLOW_TRACKING_URI,
-    which would send the child's runs to another test's store. `slurm`: the child talks to the
-    SLURM cluster of /etc/slurm (not NO_SLURM's empty config)."""
+    which would send the child's runs to another test's store."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    if slurm:
-        env.pop("SLURM_CONF")
     env.pop("MLFLOW_TRACKING_URI", None)
     # rules run `python -m steps...`: make that the interpreter running the tests
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"

@@ -20,9 +20,21 @@ from pathlib import Path
 import pytest
 
 from steps.report.values import report_values
-from tests.conftest import ROOT, SMOKE, SNAKEFILE, clean_env
+from tests.conftest import NO_SLURM, ROOT, SMOKE, SNAKEFILE, clean_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def slurm_conf_of_the_cluster():
+    """This module talks to the cluster of /etc/slurm: conftest's NO_SLURM is lifted while it runs (for
+    snakemake, sacct, squeue, scancel and the scripts alike) and put back after."""
+    for key in NO_SLURM:
+        os.environ.pop(key)
+    yield
+    os.environ.update(NO_SLURM)
+
+
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
 MLFLOW_SERVER = ROOT / "scripts" / "mlflow-server"
 PROFILE = ROOT / "workflow" / "profiles" / "slurm-local"
@@ -30,7 +42,7 @@ DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "mariadbd", "munged")
 
 
 def _script(script: Path, cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(script), cmd], capture_output=True, text=True, timeout=900, env=clean_env(slurm=True))
+    proc = subprocess.run([str(script), cmd], capture_output=True, text=True, timeout=900, env=clean_env())
     if check and proc.returncode != 0:
         raise AssertionError(f"{script.name} {cmd} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -76,7 +88,7 @@ def profile_cmd(work: Path, *args: str) -> list[str]:
 
 def profile_run(work: Path, uri: str, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
     """The profile's command, its jobs logging to the cluster's MLflow server."""
-    env = {**clean_env(slurm=True), "MLFLOW_TRACKING_URI": uri}
+    env = {**clean_env(), "MLFLOW_TRACKING_URI": uri}
     return subprocess.run(profile_cmd(work, *args), capture_output=True, text=True, timeout=timeout, env=env, cwd=work)
 
 
@@ -104,11 +116,7 @@ def submitted(log: str) -> dict[str, dict]:
 def sacct(ids) -> dict[str, dict]:
     fields = "JobID,State,Account,Partition,AllocCPUS,ReqMem,Timelimit,Comment,Elapsed"
     proc = subprocess.run(
-        ["sacct", "-X", "-P", "-j", ",".join(ids), "-o", fields],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=clean_env(slurm=True),
+        ["sacct", "-X", "-P", "-j", ",".join(ids), "-o", fields], capture_output=True, text=True, check=True
     )
     return {r["JobID"]: r for r in csv.DictReader(proc.stdout.splitlines(), delimiter="|")}
 
@@ -200,16 +208,16 @@ def test_scancel_mid_job_then_a_plain_rerun_completes(slurm_dag, cluster):
     # the first status check 5 s after submission, not 40: the cancellation is seen sooner
     cmd = profile_cmd(work, target, "-R", "gpt_train", "--restart-times", "0")
     cmd += ["--slurm-init-seconds-before-status-checks", "5"]
-    env = {**clean_env(slurm=True), "MLFLOW_TRACKING_URI": cluster}
+    env = {**clean_env(), "MLFLOW_TRACKING_URI": cluster}
     proc = subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     job, deadline = "", time.time() + 300
     while not job and time.time() < deadline and proc.poll() is None:
-        running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True, env=env)
+        running = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True)
         job = next((i for i, c in (ln.split() for ln in running.stdout.splitlines()) if "gpt_train" in c), "")
         time.sleep(0.5)
     assert job, "gpt_train never ran"
     time.sleep(3)  # mid-run
-    subprocess.run(["scancel", job], check=True, env=env)
+    subprocess.run(["scancel", job], check=True)
     out = proc.communicate(timeout=600)[0]
     assert proc.returncode != 0 and "CANCELLED" in out, out[-4000:]
     assert sacct([job])[job]["State"].startswith("CANCELLED")
