@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +46,13 @@ def clean_env() -> dict:
     # ... and this checkout's `steps` the package they run (not another checkout's editable install)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
+
+
+def sigint_as_in_a_terminal() -> None:
+    """preexec_fn of a child that a test Ctrl-Cs: SIGINT at its default, as in a user's terminal. A
+    suite started in the background (`pytest ... &` from a script) inherits SIGINT ignored, and a
+    child would keep it ignored: Python installs its KeyboardInterrupt handler only over SIG_DFL."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def processes_naming(path: Path) -> list[str]:

@@ -22,7 +22,7 @@ from steps.core.errors import InputError
 from steps.tracking import store
 from steps.tracking.server import unreachable
 from steps.ui import free_port
-from tests.conftest import clean_env, processes_naming, snakemake_cmd
+from tests.conftest import clean_env, processes_naming, sigint_as_in_a_terminal, snakemake_cmd
 
 TICKER = '''"""A test stage: logs `tick` twice a second until `seconds` pass or the file `go` appears."""
 import time
@@ -228,11 +228,16 @@ def test_ctrl_c_stops_the_dag_within_seconds(tmp_path):
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=sigint_as_in_a_terminal,
     )
-    wait_for(lambda: (work / "results/ticker/main/started").exists(), "the job", 180)
-    os.killpg(dag.pid, signal.SIGINT)
-    t0 = time.time()
-    dag.wait(timeout=120)
+    try:
+        wait_for(lambda: (work / "results/ticker/main/started").exists(), "the job", 180)
+        os.killpg(dag.pid, signal.SIGINT)
+        t0 = time.time()
+        dag.wait(timeout=120)
+    finally:  # a DAG that outlived its Ctrl-C is not left ticking
+        if dag.poll() is None:
+            os.killpg(dag.pid, signal.SIGKILL)
     assert dag.returncode != 0 and time.time() - t0 < 30
     assert "ticker[main] failed: KeyboardInterrupt" in (work / "ticker.log").read_text()
     assert json.loads((work / "results/ticker/main/failed.json").read_text())["status"] == "failed"

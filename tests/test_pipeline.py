@@ -18,6 +18,7 @@ from tests.conftest import (
     clean_env,
     job_files,
     mlflow_runs,
+    sigint_as_in_a_terminal,
     smoke_cells,
     snakemake,
     snakemake_cmd,
@@ -102,13 +103,13 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
     cmd = snakemake_cmd(tmp_path, "--until", "prepare_corpus")  # one job: the one killed
     metrics = tmp_path / stage_paths("prepare_corpus")[1]["metrics"]
-    proc = subprocess.Popen(  # SIGINT at its default, as in a user's terminal (never inherited as ignored)
+    proc = subprocess.Popen(
         cmd,
         env=clean_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=sigint_as_in_a_terminal,
     )
 
     def running_jobs() -> list[int]:
