@@ -23,8 +23,10 @@ from multiprocessing import forkserver
 PRELOAD = ["torch", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "pandas", "datasets", "transformers"]
 
 
-def stage_main(module: str, args: list[str], cwd: str, out: str, err: str) -> None:
-    """In the forked child: `python -m <module> <args>` in `cwd`, stdout and stderr to `out`/`err`."""
+def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env_extra: dict) -> None:
+    """In the forked child: `python -m <module> <args>` in `cwd`, stdout and stderr to `out`/`err`,
+    with `env_extra` set (variables read at run time, e.g. COLUMNS, not when a library is imported)."""
+    os.environ.update(env_extra)
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)

@@ -19,7 +19,7 @@ from steps.compare.table import leaves
 from steps.presentation import STAGE_ORDER
 from steps.tracking import store as tracking_store
 from steps.tracking.mlflow_run import MlflowRun
-from tests.conftest import clean_env, smoke_cells, stage_rules
+from tests.conftest import ROOT, clean_env, run_module, smoke_cells, stage_rules
 
 COMMON = {"seed": 0, "device": "cpu"}
 WIDE = {"width": 1000}
@@ -215,14 +215,11 @@ def test_vs_previous_lab_run(store, monkeypatch):
 
 
 def cli(uri: str, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "steps.compare", "--tracking-uri", uri, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**clean_env(), "COLUMNS": "120"}, timeout=600)
+    return run_module(ROOT, "steps.compare", ["--tracking-uri", uri, *args], env_extra={"COLUMNS": "120"})
 
 
 def test_help_shows_defaults():
-    proc = subprocess.run(
-        [sys.executable, "-m", "steps.compare", "--help"], capture_output=True, text=True, env=clean_env()
-    )
+    proc = run_module(ROOT, "steps.compare", ["--help"])
     assert proc.returncode == 0
     assert "(default: asc)" in proc.stdout and "(default: table)" in proc.stdout
 

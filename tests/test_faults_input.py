@@ -28,7 +28,7 @@ import pytest
 
 from steps.core import InputError
 from steps.data.text import load_documents
-from tests.conftest import clean_env, io_args, snakemake, stage_params
+from tests.conftest import clean_env, io_args, run_module, snakemake, stage_params
 
 FRENCH = "ACT I. Ça fait très bien, señor: le garçon est déjà là.\n"  # Latin-1 bytes from offset 7
 ENGLISH = "ACT II. The king speaks, the queen sleeps, and the crown is heavy.\n"
@@ -38,10 +38,8 @@ def job(workdir: Path, stage: str, params: dict, inputs: dict | None = None) -> 
     """One stage job, as its rule runs it, into `workdir/out`."""
     cfg = {"stage": stage, "cell": "main", "params": params, "common": {"seed": 1, "device": "cpu", "threads": 1}}
     io = io_args(inputs or {}, {"data": str(workdir / "out" / "data")})
-    cmd = [sys.executable, "-m", f"steps.{stage}", "--no-mlflow", "--out", str(workdir / "out"), *io]
-    return subprocess.run(
-        [*cmd, "--cfg", json.dumps(cfg)], cwd=workdir, capture_output=True, text=True, timeout=300, env=clean_env()
-    )
+    args = ["--no-mlflow", "--out", str(workdir / "out"), *io, "--cfg", json.dumps(cfg)]
+    return run_module(workdir, f"steps.{stage}", args, timeout=300)
 
 
 def assert_one_line(proc: subprocess.CompletedProcess, *words: str, code: int = 1) -> str:

@@ -22,7 +22,7 @@ from steps.core.errors import InputError
 from steps.tracking import store
 from steps.tracking.server import unreachable
 from steps.ui import free_port
-from tests.conftest import clean_env, processes_naming, sigint_as_in_a_terminal, snakemake_cmd
+from tests.conftest import clean_env, processes_naming, run_module, sigint_as_in_a_terminal, snakemake_cmd
 
 TICKER = '''"""A test stage: logs `tick` twice a second until `seconds` pass or the file `go` appears."""
 import time
@@ -311,13 +311,7 @@ def test_crafted_checkpoint_is_refused_and_its_code_does_not_run(tmp_path):
     marker, evil = tmp_path / "written-by-the-checkpoint", tmp_path / "ckpt.pt"
     torch.save({"model": WritesAFile(marker), "config": {}}, evil)
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "steps.chat", "--checkpoint", str(evil), "--prompt", "hi"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=clean_env(),
-    )
+    proc = run_module(tmp_path, "steps.chat", ["--checkpoint", str(evil), "--prompt", "hi"], timeout=300)
     assert proc.returncode != 0 and not marker.exists()
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith(f"{evil}: refused to load") and "Traceback" not in proc.stderr, proc.stderr[-2000:]

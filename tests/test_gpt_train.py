@@ -2,8 +2,6 @@
 on a tiny corpus (real MLflow), and the chat CLI on its checkpoint."""
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +15,7 @@ from steps.models.train_config import Bench, GptTrainConfig
 from steps.models.train_step import StepOptions, make_optimizer
 from steps.models.training import TokenWindows, lr_at, train
 from steps.paired import Ratio
-from tests.conftest import TINY_TRAIN, run_stage, stage_params
+from tests.conftest import TINY_TRAIN, run_module, run_stage, stage_params
 
 torch.set_num_threads(1)
 
@@ -114,22 +112,8 @@ def test_gpt_train_stage_and_chat(tmp_path, gpt_data_dir):
     check_bench(rec, out, tokens=TINY_TRAIN["batch_size"] * T)
     assert (out / "loss_curve.png").exists() and "Prompt" in (out / "samples.md").read_text()
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "steps.chat",
-            "--checkpoint",
-            str(out / "ckpt.pt"),
-            "--prompt",
-            "the king",
-            "--max-new-tokens",
-            "5",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["--checkpoint", str(out / "ckpt.pt"), "--prompt", "the king", "--max-new-tokens", "5"]
+    proc = run_module(gpt_data_dir, "steps.chat", args, timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("the king"), proc.stderr[-2000:]
 
 

@@ -2,8 +2,6 @@
 and fail-fast launching (a killed or hung rank). The analytic cost model by hand: test_analytic.py."""
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -12,7 +10,7 @@ from steps.sharding.launch import LaunchError, launch
 from steps.sharding.plan import Plan, PlanError
 from steps.sharding.scratch.pp import schedule_order
 from steps.sharding.stage import summarize
-from tests.conftest import assert_matches_single_device, clean_env, processes_naming
+from tests.conftest import assert_matches_single_device, processes_naming, run_module
 
 TINY = {
     "mlp": {"dim": 8, "hidden": 16, "layers": 2},
@@ -289,14 +287,8 @@ def test_stage_logs_one_mlflow_run_per_cell(tmp_path):
         "params": {**TINY, "backend": "torch_scratch", "strategy": "tp", "mesh": {"tp": 2}},
     }
     out = tmp_path / "results/sharding/t"
-    env = clean_env()  # this checkout's `steps`, not another checkout's editable install
-    subprocess.run(
-        [sys.executable, "-m", "steps.sharding", "--out", str(out), "--cfg", json.dumps(cfg)],
-        check=True,
-        cwd=tmp_path,
-        timeout=180,
-        env=env,
-    )
+    proc = run_module(tmp_path, "steps.sharding", ["--out", str(out), "--cfg", json.dumps(cfg)], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((out / "metrics.json").read_text())
     assert rec["status"] == "ok" and rec["metrics"]["parity_ok"] == 1.0
     assert rec["metrics"]["parity_err_worst"] <= 1e-5 and rec["info"]["parity_worst_of"] in ("loss", "grad", "param")
