@@ -1,5 +1,6 @@
 """Shared fixtures and helpers (no test module imports another): a real Snakemake smoke DAG in a
-temporary folder (run once per session), running one stage as its job would, the runs in a
+temporary folder (run once per session), running one stage as its job would (forked from a
+process that has imported the heavy libraries once: tests/forked_stage.py), the runs in a
 job's MLflow store, the perf section around a toy model, a tiny corpus + tokenizer for the GPT
 stages, and the CPU-path check of the Triton kernels."""
 
