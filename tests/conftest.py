@@ -152,9 +152,6 @@ def io_args(inputs: dict, outputs: dict) -> list[str]:
     ]
 
 
-_FORKED: dict = {}  # tests/forked_stage.py's server: its context and the environment it started in
-
-
 def run_module(
     workdir: Path, module: str, args: list[str], timeout: float = 600, env_extra: dict | None = None
 ) -> subprocess.CompletedProcess:
@@ -162,16 +159,15 @@ def run_module(
     server (the heavy imports done once per test process), or run plainly in another environment.
     `env_extra`: variables the module reads as it runs (not at import), set in the child."""
     env, cmd, env_extra = clean_env(), [sys.executable, "-m", module, *args], env_extra or {}
-    if not _FORKED:
-        _FORKED.update(env=env, ctx=forked_stage.context(env))
-    if env != _FORKED["env"]:
+    ctx = forked_stage.context(env)
+    if ctx is None:
         return subprocess.run(
             cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env={**env, **env_extra}
         )
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
         call = (module, args, str(workdir), out, err, env_extra)
-        child = _FORKED["ctx"].Process(target=forked_stage.stage_main, args=call)
+        child = ctx.Process(target=forked_stage.stage_main, args=call)
         child.start()
         child.join(timeout)
         if child.is_alive():

@@ -51,8 +51,14 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env_e
     os._exit(code or 0)
 
 
-def context(env: dict) -> multiprocessing.context.ForkServerContext:
-    """The forkserver context, its server started (once) in `env` with PRELOAD imported."""
+_SERVER: dict = {}  # this test process's server: its context and the environment it started in
+
+
+def context(env: dict) -> multiprocessing.context.ForkServerContext | None:
+    """The forkserver context, its server started (once, at the first call) in `env` with PRELOAD
+    imported; None when `env` is not the environment it started in."""
+    if _SERVER:
+        return _SERVER["ctx"] if env == _SERVER["env"] else None
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     saved = dict(os.environ)
@@ -63,4 +69,5 @@ def context(env: dict) -> multiprocessing.context.ForkServerContext:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    _SERVER.update(env=env, ctx=ctx)
     return ctx

@@ -226,11 +226,13 @@ def fake_dataset(datasets_cache: Path, repo_id: str, name: str, texts: list[str]
 def hf_home(tmp_path_factory) -> Path:
     """An HF_HOME holding a tiny GPT-2 checkpoint `lab-test/tiny-gpt2` and a dataset `lab-test/TinyPlays`
     (config `scenes`: 40 scenes of the plays)."""
-    from steps.data.text import shakespeare_documents
+    from itertools import islice
+
+    from steps.data.text import iter_shakespeare
 
     home = tmp_path_factory.mktemp("hf_home")
     fake_model(home / "hub", "lab-test/tiny-gpt2")
-    fake_dataset(home / "datasets", "lab-test/TinyPlays", "scenes", [d["text"] for d in shakespeare_documents()[:40]])
+    fake_dataset(home / "datasets", "lab-test/TinyPlays", "scenes", [d["text"] for d in islice(iter_shakespeare(), 40)])
     return home
 
 

@@ -92,10 +92,6 @@ def iter_shakespeare(unit: str = "scene") -> Iterator[dict]:
                 yield {"text": text, "source": f"{genre}/{play}", "title": title}
 
 
-def shakespeare_documents(unit: str = "scene") -> list[dict]:
-    return list(iter_shakespeare(unit))
-
-
 def hub_documents(spec: str, text_column: str) -> list[dict]:
     """`hf:<path>[:<name>]` through datasets.load_dataset (all splits pooled, re-split by seed)."""
     path, _, name = spec.removeprefix("hf:").partition(":")
