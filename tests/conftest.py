@@ -51,6 +51,18 @@ def clean_env() -> dict:
     return env
 
 
+@pytest.fixture(autouse=True)
+def environment_as_found():
+    """Each test leaves os.environ as it found it, also where the lab's own code changed it in this
+    process (steps/mcq/model.py sets HF_HUB_OFFLINE for the process it runs in): a variable left
+    behind would reach every later test's jobs, and keep run_module from forking them."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def sigint_as_in_a_terminal() -> None:
     """preexec_fn of a child that a test Ctrl-Cs: SIGINT at its default, as in a user's terminal. A
     suite started in the background (`pytest ... &` from a script) inherits SIGINT ignored, and a
@@ -155,18 +167,17 @@ def io_args(inputs: dict, outputs: dict) -> list[str]:
 def run_module(
     workdir: Path, module: str, args: list[str], timeout: float = 600, env_extra: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """`python -m <module> <args>` in `workdir` and `clean_env()`, forked from tests/forked_stage.py's
-    server (the heavy imports done once per test process), or run plainly in another environment.
-    `env_extra`: variables the module reads as it runs (not at import), set in the child."""
-    env, cmd, env_extra = clean_env(), [sys.executable, "-m", module, *args], env_extra or {}
-    ctx = forked_stage.context(env)
+    """`python -m <module> <args>` in `workdir` and `clean_env()` plus `env_extra`, forked from
+    tests/forked_stage.py's server (the heavy imports done once per test process) where that
+    environment allows it (forked_stage.RUN_TIME), else run plainly."""
+    base = clean_env()
+    env, cmd = {**base, **(env_extra or {})}, [sys.executable, "-m", module, *args]
+    ctx = forked_stage.context(env, base)
     if ctx is None:
-        return subprocess.run(
-            cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env={**env, **env_extra}
-        )
+        return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        call = (module, args, str(workdir), out, err, env_extra)
+        call = (module, args, str(workdir), out, err, env)
         child = ctx.Process(target=forked_stage.stage_main, args=call)
         child.start()
         child.join(timeout)

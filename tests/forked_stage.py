@@ -5,10 +5,13 @@ datasets and transformers again (6-7 s of CPU on a slow 2-core host, most of a s
 The child is a process of its own, as `python -m` would start it: `runpy` runs the stage module as
 `__main__` with the same arguments, in the job's folder, with its stdout and stderr in files, and
 exits with the stage's exit status after Python's exit handlers. The server is multiprocessing's
-forkserver, started once per test process in the environment `clean_env()` gives; a call made in
-any other environment (a test that set a variable a library reads when it is imported) runs a
-plain `python -m` instead. The Snakemake-run jobs (the smoke DAG, the fault tests) always run the
-rule's own shell command."""
+forkserver, started once per test process in the environment `clean_env()` gives. A call whose
+environment differs from that only in RUN_TIME (variables read when a run starts, never when a
+library is imported; pytest's name of the running test among them, which changes with every test)
+forks too, and the child gets the call's whole environment. A call in any other environment (a test
+that set a variable a library reads when it is imported, e.g. HF_HUB_OFFLINE or XDG_CACHE_HOME,
+which huggingface_hub reads once, at import) runs a plain `python -m` instead. The Snakemake-run
+jobs (the smoke DAG, the fault tests) always run the rule's own shell command."""
 
 from __future__ import annotations
 
@@ -21,12 +24,27 @@ import traceback
 from multiprocessing import forkserver
 
 PRELOAD = ["torch", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "pandas", "datasets", "transformers"]
+# read when a run starts or a request is sent (steps/tracking/mlflow_run.py, MLflow's system metrics
+# monitor and rest_utils), by argparse's help (COLUMNS), or by nothing a stage runs (pytest's)
+RUN_TIME = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "N00BGPT_LAB_RUN",
+        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",  # these three: steps.tracking.store.http_defaults
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT",
+        "_MLFLOW_TELEMETRY_SESSION_ID",  # set and unset as MLflow's telemetry client comes and goes
+        "COLUMNS",
+    }
+)
 
 
-def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env_extra: dict) -> None:
-    """In the forked child: `python -m <module> <args>` in `cwd`, stdout and stderr to `out`/`err`,
-    with `env_extra` set (variables read at run time, e.g. COLUMNS, not when a library is imported)."""
-    os.environ.update(env_extra)
+def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: dict) -> None:
+    """In the forked child: `python -m <module> <args>` in `cwd` and the environment `env`, stdout
+    and stderr to `out`/`err`."""
+    os.environ.clear()
+    os.environ.update(env)
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
@@ -51,23 +69,27 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env_e
     os._exit(code or 0)
 
 
+def _at_import(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k not in RUN_TIME}
+
+
 _SERVER: dict = {}  # this test process's server: its context and the environment it started in
 
 
-def context(env: dict) -> multiprocessing.context.ForkServerContext | None:
-    """The forkserver context, its server started (once, at the first call) in `env` with PRELOAD
-    imported; None when `env` is not the environment it started in."""
+def context(env: dict, base: dict) -> multiprocessing.context.ForkServerContext | None:
+    """The forkserver context, its server started (once, at the first call) in `base` with PRELOAD
+    imported; None when `env` differs from the environment it started in beyond RUN_TIME."""
     if _SERVER:
-        return _SERVER["ctx"] if env == _SERVER["env"] else None
+        return _SERVER["ctx"] if _at_import(env) == _at_import(_SERVER["env"]) else None
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     saved = dict(os.environ)
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update(base)
     try:
         forkserver.ensure_running()
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    _SERVER.update(env=env, ctx=ctx)
-    return ctx
+    _SERVER.update(env=base, ctx=ctx)
+    return context(env, base)
