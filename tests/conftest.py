@@ -51,6 +51,17 @@ def clean_env() -> dict:
     return env
 
 
+_BASE_ENV: dict = {}  # the environment the tests start from: run_module's server starts in it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def base_environment():
+    """Taken once, after collection (a test module may set a variable as it is imported) and before
+    any test: not the environment of whichever test happens to start the server, whose own changes
+    would then keep every later test's stages from forking."""
+    _BASE_ENV.update(clean_env())
+
+
 @pytest.fixture(autouse=True)
 def environment_as_found():
     """Each test leaves os.environ as it found it, also where the lab's own code changed it in this
@@ -170,9 +181,8 @@ def run_module(
     """`python -m <module> <args>` in `workdir` and `clean_env()` plus `env_extra`, forked from
     tests/forked_stage.py's server (the heavy imports done once per test process) where that
     environment allows it (forked_stage.RUN_TIME), else run plainly."""
-    base = clean_env()
-    env, cmd = {**base, **(env_extra or {})}, [sys.executable, "-m", module, *args]
-    ctx = forked_stage.context(env, base)
+    env, cmd = {**clean_env(), **(env_extra or {})}, [sys.executable, "-m", module, *args]
+    ctx = forked_stage.context(env, _BASE_ENV or clean_env())
     if ctx is None:
         return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,6 +35,7 @@ RUN_TIME = frozenset(
         "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
         "MLFLOW_HTTP_REQUEST_TIMEOUT",
         "_MLFLOW_TELEMETRY_SESSION_ID",  # set and unset as MLflow's telemetry client comes and goes
+        "DISABLE_MLFLOW_INTEGRATION",  # steps/mcq/train.py; transformers reads it as a Trainer starts
         "COLUMNS",
     }
 )
@@ -73,6 +74,15 @@ def _at_import(env: dict) -> dict:
     return {k: v for k, v in env.items() if k not in RUN_TIME}
 
 
+def blocking(env: dict) -> list[str]:
+    """The variables that keep a call in `env` from forking: those it sets differently from the
+    server's environment, beyond RUN_TIME ([] before the server starts)."""
+    if not _SERVER:
+        return []
+    a, b = _at_import(env), _at_import(_SERVER["env"])
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
 _SERVER: dict = {}  # this test process's server: its context and the environment it started in
 
 
@@ -80,7 +90,7 @@ def context(env: dict, base: dict) -> multiprocessing.context.ForkServerContext 
     """The forkserver context, its server started (once, at the first call) in `base` with PRELOAD
     imported; None when `env` differs from the environment it started in beyond RUN_TIME."""
     if _SERVER:
-        return _SERVER["ctx"] if _at_import(env) == _at_import(_SERVER["env"]) else None
+        return None if blocking(env) else _SERVER["ctx"]
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     saved = dict(os.environ)

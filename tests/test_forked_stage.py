@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from tests import forked_stage
 from tests.conftest import clean_env, run_module
 
 SHOW = """import json, multiprocessing, os, sys
@@ -31,6 +32,8 @@ def test_an_import_time_variable_runs_plain_python(tmp_path):
 
 def test_a_run_time_variable_forks_and_reaches_the_child(tmp_path):
     seen = shown(tmp_path, {"N00BGPT_LAB_RUN": "lab-1"})
+    stops = forked_stage.blocking(clean_env())
+    assert not stops, f"the server's environment and this test's differ in {stops}"
     assert seen["forked"] and seen["argv"] == ["--a", "1"] and seen["cwd"] == str(tmp_path)
     assert seen["env"]["N00BGPT_LAB_RUN"] == "lab-1"
     assert seen["env"]["PYTEST_CURRENT_TEST"] == clean_env()["PYTEST_CURRENT_TEST"]  # this test's, not the first's
