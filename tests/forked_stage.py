@@ -36,6 +36,9 @@ RUN_TIME = frozenset(
         "MLFLOW_HTTP_REQUEST_TIMEOUT",
         "_MLFLOW_TELEMETRY_SESSION_ID",  # set and unset as MLflow's telemetry client comes and goes
         "DISABLE_MLFLOW_INTEGRATION",  # steps/mcq/train.py; transformers reads it as a Trainer starts
+        # set by threadpoolctl (and sklearn) when imported, read by Intel's OpenMP runtime only as a
+        # second copy of it loads: the preloaded libraries have loaded theirs, either way
+        "KMP_DUPLICATE_LIB_OK",
         "COLUMNS",
     }
 )
@@ -72,6 +75,11 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: 
 
 def _at_import(env: dict) -> dict:
     return {k: v for k, v in env.items() if k not in RUN_TIME}
+
+
+def server_env() -> dict:
+    """The environment the server started in ({} before it starts)."""
+    return dict(_SERVER.get("env", {}))
 
 
 def blocking(env: dict) -> list[str]:
