@@ -5,13 +5,14 @@ datasets and transformers again (6-7 s of CPU on a slow 2-core host, most of a s
 The child is a process of its own, as `python -m` would start it: `runpy` runs the stage module as
 `__main__` with the same arguments, in the job's folder, with its stdout and stderr in files, and
 exits with the stage's exit status after Python's exit handlers. The server is multiprocessing's
-forkserver, started once per test process in the environment `clean_env()` gives. A call whose
-environment differs from that only in RUN_TIME (variables read when a run starts, never when a
-library is imported; pytest's name of the running test among them, which changes with every test)
-forks too, and the child gets the call's whole environment. A call in any other environment (a test
-that set a variable a library reads when it is imported, e.g. HF_HUB_OFFLINE or XDG_CACHE_HOME,
-which huggingface_hub reads once, at import) runs a plain `python -m` instead. The Snakemake-run
-jobs (the smoke DAG, the fault tests) always run the rule's own shell command."""
+forkserver, started once per test process in the environment the session started with (conftest's
+base_environment). A call whose environment differs from that only in RUN_TIME (variables read
+when a run starts, never when a library is imported; pytest's name of the running test among them,
+which changes with every test) forks too, and the child gets the call's whole environment. A call
+in any other environment (a test that set a variable a library reads when it is imported, e.g.
+HF_HUB_OFFLINE or XDG_CACHE_HOME, which huggingface_hub reads once, at import) runs a plain
+`python -m` instead. The Snakemake-run jobs (the smoke DAG, the fault tests) always run the rule's
+own shell command."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: 
     os._exit(code or 0)
 
 
+_SERVER: dict = {}  # this test process's server: its context and the environment it started in
+
+
 def _at_import(env: dict) -> dict:
     return {k: v for k, v in env.items() if k not in RUN_TIME}
 
@@ -89,9 +93,6 @@ def blocking(env: dict) -> list[str]:
         return []
     a, b = _at_import(env), _at_import(_SERVER["env"])
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-
-
-_SERVER: dict = {}  # this test process's server: its context and the environment it started in
 
 
 def context(env: dict, base: dict) -> multiprocessing.context.ForkServerContext | None:
