@@ -10,6 +10,7 @@ listing both names in the row's column tuple, the new name first.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
@@ -168,17 +169,29 @@ def minitorch(records: list[Record], link: Link) -> str:
 
 
 def gpt_fast_span(records: list[Record]) -> str:
-    """gpt_fast × torch eager over every record with the cell: the lowest and highest, and the target."""
-    every = [(r, r.value("minitorch", "gpt_fast", ("× torch eager",))) for r in records]
-    every = [(r, float(v)) for r, v in every if v]
+    """gpt_fast × torch eager over every record with the cell: the lowest and highest, and how many
+    records met, missed or left undecided the target by their 95 % interval (target_verdict; a record
+    without an interval is judged on its point estimate, and says so)."""
+    every = []
+    for r in records:
+        columns = ("× torch eager", "× torch low", "× torch high")
+        mid, low, high = (r.value("minitorch", "gpt_fast", (c,)) for c in columns)
+        if mid:
+            point = float(mid)
+            if low and high:
+                verdict = target_verdict(float(low), float(high)).split(" (")[0]
+            else:
+                verdict = ("missed" if point < TORCH_TARGET else "met") + " (point estimate)"
+            every.append((r, point, verdict))
     if not every:
         return ""
-    lo, hi = min(v for _, v in every), max(v for _, v in every)
-    verdict = "missed in every one" if hi < TORCH_TARGET else "reached in at least one"
-    commits = ", ".join(r.short for r, _ in every)
+    lo, hi = min(v for _, v, _ in every), max(v for _, v, _ in every)
+    counts = Counter(verdict for _, _, verdict in every)
+    verdicts = ", ".join(f"{verdict} in {n}" for verdict, n in sorted(counts.items()))
+    commits = ", ".join(r.short for r, _, _ in every)
     return (
         f"\n\ngpt_fast × torch eager over all {len(every)} records with the cell: {lo:g}–{hi:g}× "
-        f"(target ≥ {TORCH_TARGET:g}×: {verdict}; {commits})."
+        f"(target ≥ {TORCH_TARGET:g}×, judged by each record's 95 % interval: {verdicts}; {commits})."
     )
 
 

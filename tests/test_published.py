@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from steps.record import main
-from steps.record_blocks import target_verdict
+from steps.record_blocks import gpt_fast_span, target_verdict
 from steps.record_publish import PublishError, pages, publish, render_page, results_sections, unbacked
 from steps.record_read import NOT_RECORDED, host_kind, latest_per_host_kind, read_record, read_records
 from steps.tracking.provenance import cpu_flags
@@ -146,3 +146,17 @@ def test_a_gpu_campaign_record_is_its_own_host_kind(repo):
     assert "| [2026-11-28-h100-80gb-hbm3-abcdef1234.md](2026-11-28-h100-80gb-hbm3-abcdef1234.md) | NVIDIA H100" in (
         index.read_text()
     )
+
+
+def test_the_span_over_records_judges_each_by_its_interval(repo):
+    """A record whose point estimate passes the target but whose interval spans it is "not decided",
+    never "reached"; one whose whole interval passes it is "met"."""
+    records = repo / "docs" / "results"
+    spans = next(records.glob("*-582c0ad.md"))  # gpt_fast 0.2611x [0.2187, 0.3116]: spans 0.25
+    before = gpt_fast_span(read_records(records))
+    assert "not decided in" in before and "met in" not in before and "reached" not in before
+    text = spans.read_text().replace("| 0.2611 | 0.2187 | 0.3116 |", "| 0.3 | 0.27 | 0.33 |")
+    text = text.replace("2026-11-27", "2027-11-28").replace("582c0ad", "bbbbbbb")
+    (records / "2027-11-28-amd-epyc-2c-bbbbbbb.md").write_text(text)
+    after = gpt_fast_span(read_records(records))
+    assert "met in 1" in after and "0.3×" in after and after.count("bbbbbbb") == 1
