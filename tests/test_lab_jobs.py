@@ -152,11 +152,14 @@ def test_training_runs_log_system_metrics_until_they_end(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = MlflowRun(uri, "gpt_train", "main", "hash", 1)
     run.start({"lr": 1e-3}, {}, {"system_metrics": presentation("gpt_train").system_metrics})
-    time.sleep(1.0)
+    # the sampler logs after its first interval; on a loaded host that can take longer than a fixed
+    # sleep (a 1 s sleep once saw nothing logged), so wait for it, bounded
+    wanted, deadline = {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"}, time.time() + 30
+    while not wanted <= set(logged := store.client(uri).get_run(run.run_id).data.metrics) and time.time() < deadline:
+        time.sleep(0.2)
     run.end("ok")
     assert not [t for t in threading.enumerate() if t.name == "SystemMetricsMonitor"]
-    logged = store.client(uri).get_run(run.run_id).data.metrics
-    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(logged)
+    assert wanted <= set(logged)
     untracked = MlflowRun(uri, "perf", "main", "hash", 1)
     untracked.start({}, {}, {"system_metrics": presentation("perf").system_metrics})
     untracked.end("ok")
