@@ -73,11 +73,23 @@ def wall(r: Record) -> str:
     return f"{r.wall} ({r.jobs})" if r.wall else ""
 
 
-def target_verdict(low: float, high: float) -> str:
+def interval_verdict(low: float, high: float) -> str:
     """Met only when the whole 95 % interval reaches the target, missed when it all falls short."""
     if high < TORCH_TARGET:
         return "missed"
-    return "met" if low >= TORCH_TARGET else "not decided (the interval spans the target)"
+    return "met" if low >= TORCH_TARGET else "not decided"
+
+
+def target_verdict(low: float, high: float) -> str:
+    """interval_verdict, saying why where it is undecided."""
+    verdict = interval_verdict(low, high)
+    return f"{verdict} (the interval spans the target)" if verdict == "not decided" else verdict
+
+
+def torch_columns(r: Record, cell: str) -> tuple[str, str, str]:
+    """`cell`'s × torch eager ratio and its 95 % interval, as recorded ("" where a column is absent)."""
+    mid, low, high = (r.value("minitorch", cell, (c,)) for c in ("× torch eager", "× torch low", "× torch high"))
+    return mid, low, high
 
 
 def interval_text(mid: str, low: str, high: str) -> str:
@@ -94,7 +106,7 @@ def torch_ratio(cell: str, with_target: bool = False) -> Callable[[Record], str]
     """`cell`'s tokens/s ÷ torch eager's with its interval (and the target's verdict), as recorded."""
 
     def get(r: Record) -> str:
-        mid, low, high = (r.value("minitorch", cell, (c,)) for c in ("× torch eager", "× torch low", "× torch high"))
+        mid, low, high = torch_columns(r, cell)
         text = interval_text(mid, low, high)
         if with_target and text and low and high:
             text += f": target {target_verdict(float(low), float(high))}"
@@ -174,12 +186,11 @@ def gpt_fast_span(records: list[Record]) -> str:
     without an interval is judged on its point estimate, and says so)."""
     every = []
     for r in records:
-        columns = ("× torch eager", "× torch low", "× torch high")
-        mid, low, high = (r.value("minitorch", "gpt_fast", (c,)) for c in columns)
+        mid, low, high = torch_columns(r, "gpt_fast")
         if mid:
             point = float(mid)
             if low and high:
-                verdict = target_verdict(float(low), float(high)).split(" (")[0]
+                verdict = interval_verdict(float(low), float(high))
             else:
                 verdict = ("missed" if point < TORCH_TARGET else "met") + " (point estimate)"
             every.append((r, point, verdict))
