@@ -82,12 +82,14 @@ def sigint_as_in_a_terminal() -> None:
 
 
 def processes_naming(path: Path) -> list[str]:
-    """Pids whose command line names `path` (a failed launch's ranks must all be gone)."""
+    """Pids whose command line or environment names `path` (a failed launch's ranks must all be
+    gone; a forked rank's command line is its forkserver's, its environment names the launch's
+    folder: N00BGPT_LAUNCH_OUT, steps/sharding/launch.py)."""
     time.sleep(0.5)
     alive = []
     for proc_dir in Path("/proc").glob("[0-9]*"):
         try:
-            if str(path).encode() in (proc_dir / "cmdline").read_bytes():
+            if any(str(path).encode() in (proc_dir / f).read_bytes() for f in ("cmdline", "environ")):
                 alive.append(proc_dir.name)
         except OSError:
             pass

@@ -6,6 +6,7 @@ Snakefile: it logs a metric twice a second until its `seconds` pass or a file `g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -260,13 +261,14 @@ def test_a_launched_process_dies_with_its_owner(tmp_path):
 
 
 def ranks_of(out: Path) -> list[str]:
-    """Pids of torch ranks (steps.sharding.worker, not their torchrun agent) writing to `out`."""
-    return [
-        pid
-        for pid in processes_naming(out)
-        if b"steps.sharding.worker" in (cmd := Path(f"/proc/{pid}/cmdline").read_bytes())
-        and b"torch.distributed.run" not in cmd
-    ]
+    """Pids of torch ranks (named rank<r> by the worker, not their torchrun agent or forkserver)
+    writing to `out`."""
+    alive = []
+    for pid in processes_naming(out):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().startswith("rank"):
+                alive.append(pid)
+    return alive
 
 
 @pytest.mark.slow

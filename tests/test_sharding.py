@@ -56,7 +56,8 @@ CASES = [
     ("torch_scratch", "tp", {"tp": 2}, {}),
     ("torch_scratch", "pp", {"pp": 2}, {"schedule": "1f1b", "microbatches": 4}),
     ("torch_scratch", "dp_tp", {"dp": 2, "tp": 2}, {}),
-    ("torch_scratch", "dp", {"dp": 2}, {"dtype": "float64"}),
+    # plain torchrun (each rank exec's a fresh interpreter, as under NCCL); the others fork (gloo)
+    ("torch_scratch", "dp", {"dp": 2}, {"dtype": "float64", "launch": {"start_method": "exec"}}),
     # torch_native dp (DDP), fsdp (FSDP2), tp (+ sequence parallel), dp_tp and fsdp_tp on the GPT: the
     # default config's gloo cells, launched once for the scale replay and checked there with this
     # test's assertions (test_scale.py: GLOO_CELLS, test_native_gloo_cell_matches_single_device)
@@ -87,9 +88,16 @@ CASES = [
     ],
 )
 def test_strategy_matches_single_device(tmp_path, backend, strategy, mesh, extra):
-    p = plan(backend=backend, strategy=strategy, mesh=mesh, **extra)
+    p = plan(
+        backend=backend,
+        strategy=strategy,
+        mesh=mesh,
+        **{**extra, "launch": {**TINY["launch"], **extra.get("launch", {})}},
+    )
     ranks = launch(p, tmp_path)
     assert_matches_single_device(p, ranks, summarize(p, ranks))
+    if backend.startswith("torch"):  # how torchrun started them (launch.forked_ranks)
+        assert {r["started"] for r in ranks} == {"forkserver" if p.launch.start_method == "auto" else "exec"}
 
 
 MOE = {"experts": 8, "top_k": 2, "aux_loss_coef": 0.02}

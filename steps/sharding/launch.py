@@ -119,25 +119,32 @@ def jax_env(plan: Plan, device: str, n_gpus: int, jax_cuda: bool) -> dict:
     return {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={need}"}
 
 
+def forked_ranks(plan: Plan) -> bool:
+    """Whether the ranks fork from a preloaded forkserver (torchrun.py) rather than each exec'ing a
+    fresh interpreter: launch.start_method, where auto means forked under gloo (CPU ranks share the
+    cores, and 4-5 s of imports a rank is most of a small cell) and exec'd under NCCL."""
+    method = plan.launch.start_method
+    return method == "forkserver" or (method == "auto" and plan.launch.dist_backend == "gloo")
+
+
 def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
     ln = plan.launch
     nnodes = ln.nnodes
     if plan.world % nnodes:
         raise LaunchError(f"world {plan.world} (mesh {plan.mesh}) does not split over nnodes={nnodes}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--max_restarts",
-        "0",
-        "--nproc_per_node",
-        str(plan.world // nnodes),
-    ]
+    if forked_ranks(plan):
+        engine = engines.entry(plan.backend, plan.strategy).target.partition(":")[0]
+        cmd = [sys.executable, "-m", "steps.sharding.torchrun", "--preload", f"steps.sharding.worker,{engine}"]
+        cmd += ["--start-method", "forkserver", "--run-path"]
+        rank = [str(Path(__file__).with_name("worker.py"))]
+    else:
+        cmd, rank = [sys.executable, "-m", "torch.distributed.run"], ["-m", "steps.sharding.worker"]
+    cmd += ["--max_restarts", "0", "--nproc_per_node", str(plan.world // nnodes)]
     if nnodes == 1 and not ln.rdzv_endpoint:
         cmd.append("--standalone")
     else:  # multi-node: every node runs the same job with its node_rank and the shared endpoint
         cmd += nodes.torchrun_args(ln)
-    return cmd + ["-m", "steps.sharding.worker", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
+    return cmd + rank + ["--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
 def jax_cmd(plan: Plan, out: Path) -> list[str]:
@@ -159,6 +166,7 @@ def run_processes(
         "OMP_NUM_THREADS": "1",
         **(env_extra or {}),
         "N00BGPT_LAUNCH": tag,
+        "N00BGPT_LAUNCH_OUT": str(out),  # in every process's environment, also a forked rank's (tests find them)
         lifeline.OWNER_ENV: str(os.getpid()),  # the ranks stop if this process dies (steps/lifeline.py)
     }
     log = out / log_name

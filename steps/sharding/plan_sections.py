@@ -30,6 +30,7 @@ class Launch:
     rdzv_endpoint: str = ""  # host:port of node 0; "" = torchrun --standalone
     rdzv_id: str = "sharding"
     timeout_s: float = 120  # a dead or hung rank fails the cell after this
+    start_method: Literal["auto", "exec", "forkserver"] = "auto"  # launch.forked_ranks
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,9 +3,10 @@
 Each cell is a descriptive plan (steps/sharding/plan.py: mesh, strategy, schedule, backend, model)
 run by the engine steps/sharding/engines.py names for its (backend, strategy).
 Torch cells run `torchrun --nproc_per_node N -m steps.sharding.worker` (gloo on CPU, NCCL on CUDA:
-one GPU per rank); JAX cells `python -m steps.sharding.jax` with N host devices, or N GPUs under
-device cuda. A cell needing more GPUs than the node has is skipped ("needs N GPUs, found M");
-device auto runs it on the CPU instead (steps/sharding/launch.py). This job owns the cell's one
+one GPU per rank; gloo ranks fork from one preloaded forkserver: steps/sharding/torchrun.py);
+JAX cells `python -m steps.sharding.jax` with N host devices, or N GPUs under device cuda. A cell
+needing more GPUs than the node has is skipped ("needs N GPUs, found M"); device auto runs it on
+the CPU instead (steps/sharding/launch.py). This job owns the cell's one
 MLflow run: it gathers every rank's JSON and logs parity (loss, gradients, parameters after K
 steps, on every rank, and the ranks against each other: steps/sharding/parity.py), tokens/s,
 per-rank state bytes and dispatch-counted communication bytes (each collective as issued, not bytes on

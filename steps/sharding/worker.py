@@ -1,4 +1,5 @@
-"""One rank of a torch cell: `torchrun ... -m steps.sharding.worker --plan JSON --out DIR`.
+"""One rank of a torch cell: `torchrun ... -m steps.sharding.worker --plan JSON --out DIR`, or forked
+from a preloaded forkserver by `python -m steps.sharding.torchrun` (torchrun.py; launch.forked_ranks).
 
 The rank's loop only: build the plan's engine (engines.py), train K steps, and measure. Rank 0
 runs the engine's single-device reference on the same global batches from the same weights and
@@ -10,7 +11,10 @@ Each rank writes DIR/rank<r>.json; the parent (launch.py) gathers.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -25,6 +29,8 @@ from steps.sharding import comm, engines, nodes
 from steps.sharding.parity import max_delta, replica_spread
 from steps.sharding.plan import Plan, plan_from_argv
 from steps.sharding.reference import DTYPES
+
+_PR_SET_NAME = 15
 
 
 def local_bytes(tensors) -> int:
@@ -163,6 +169,7 @@ def run(plan: Plan, out: Path) -> dict:
         int(os.environ.get("GROUP_RANK", 0)),
         int(os.environ.get("LOCAL_WORLD_SIZE", world)),
     )
+    rec["started"] = "forkserver" if multiprocessing.parent_process() else "exec"  # launch.forked_ranks
     # rank 0 writes every rank's record: the launcher of node 0 reads them without a shared filesystem
     recs = [None] * world if rank == 0 else None
     dist.gather_object(rec, recs, dst=0)
@@ -184,8 +191,16 @@ def exchange_peers(out: Path) -> None:
         nodes.write_peers(out / "peers.json", list({p["node"]: p for p in everyone}.values()))
 
 
+def name_process(rank: str) -> None:
+    """`rank<r>` in ps/top (the kernel's comm, PR_SET_NAME): a forked rank's command line is its
+    forkserver's, so without it the ranks of a cell would all read `python -c from multiprocessing...`."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, f"rank{rank}".encode()[:15], 0, 0, 0)
+
+
 def main() -> None:
     lifeline.die_with_owner()  # a rank never outlives the job that launched it
+    name_process(os.environ.get("RANK", "?"))
     plan, out = plan_from_argv()
     torch.set_num_threads(1)
     backend = plan.launch.dist_backend
@@ -202,9 +217,12 @@ def main() -> None:
     # finalization, where a gloo worker thread's C++ objects can still be torn down and abort the
     # rank after its work is done ("terminate called without an active exception", SIGABRT: seen
     # once in a test run at 582c0ad, rank 0 of a finished 2-rank cell, which failed the launch).
+    # A forked rank returns instead: torchrun's agent waits for its function's return value, and
+    # multiprocessing ends the child with os._exit after that, without the interpreter's finalization.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    if multiprocessing.parent_process() is None:
+        os._exit(0)
 
 
 if __name__ == "__main__":
