@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
-
-from torch.distributed.run import main as torchrun_main
+from multiprocessing import forkserver
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] != ["--preload"] or len(argv) < 2:
         sys.exit("usage: python -m steps.sharding.torchrun --preload MOD[,MOD...] <torchrun arguments>")
     multiprocessing.set_forkserver_preload(argv[1].split(","))
+    forkserver.ensure_running()  # the server imports its modules while this process imports torchrun's
+    from torch.distributed.run import main as torchrun_main
+
     torchrun_main(argv[2:])
 
 
