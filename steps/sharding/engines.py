@@ -61,9 +61,13 @@ class Entry:
     process: str  # TORCHRUN | JAX
     target: str  # "package.module:Class"
 
+    @property
+    def module(self) -> str:
+        """The engine's module (what a rank imports; launch.py preloads it for forked ranks)."""
+        return self.target.partition(":")[0]
+
     def load(self):
-        module, _, attr = self.target.partition(":")
-        return getattr(import_module(module), attr)
+        return getattr(import_module(self.module), self.target.partition(":")[2])
 
 
 ENGINES: dict[tuple[str, str], Entry] = {}

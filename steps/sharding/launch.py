@@ -133,7 +133,7 @@ def torchrun_cmd(plan: Plan, out: Path) -> list[str]:
     if plan.world % nnodes:
         raise LaunchError(f"world {plan.world} (mesh {plan.mesh}) does not split over nnodes={nnodes}")
     if forked_ranks(plan):
-        engine = engines.entry(plan.backend, plan.strategy).target.partition(":")[0]
+        engine = engines.entry(plan.backend, plan.strategy).module
         cmd = [sys.executable, "-m", "steps.sharding.torchrun", "--preload", f"steps.sharding.worker,{engine}"]
         cmd += ["--start-method", "forkserver", "--run-path"]
         rank = [str(Path(__file__).with_name("worker.py"))]
