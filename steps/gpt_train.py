@@ -171,7 +171,7 @@ def run(ctx: StageRun) -> dict:
 
     peaks = {
         dt: peak_flops(dt, device)  # measured once a dtype, this run (the bench's fp32 is training's too)
-        for dt in dict.fromkeys([matmul_dtype(p.amp), *bench_dtypes(ctx, p.bench, device)])
+        for dt in dict.fromkeys([matmul_dtype(p.amp), *([] if ctx.extra_seed else bench_dtypes(ctx, p.bench, device))])
     }
     fpt = flops_per_token(n_params, cfg.n_layer, cfg.n_embd, cfg.block_size)
     tokens_s = state.tokens / state.train_time_s if state.train_time_s else float("nan")
@@ -192,6 +192,9 @@ def run(ctx: StageRun) -> dict:
         "val_tokens": len(val_data.tokens),
     }
     print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
+    if ctx.extra_seed:  # a seed group's further seed (steps/core/job.py): its training outcomes only;
+        (ctx.out / "ckpt.pt").unlink(missing_ok=True)  # the samples, model, export and bench are the first seed's
+        return out
     write_samples(ctx, p.samples, model, tok, device)
     out.update(export_cell(ctx, model, tok))  # <cell>/hf/ + the run's MLflow model
     if p.bench.enabled:

@@ -8,6 +8,8 @@ the best checkpoint under <out>/best, a Kaggle submission.csv, training examples
 
 from __future__ import annotations
 
+import shutil
+
 from steps.core import Stage, StageRun
 from steps.hardware import matmul_peak_flops
 from steps.mcq import data
@@ -72,8 +74,12 @@ def run(ctx: StageRun) -> dict:
         result = trainer.train()
         metrics.update(train_loss=result.training_loss, train_runtime_s=result.metrics["train_runtime"])
         metrics.update(throughput(trainer, meter, model, peak))
-        if p.keep_checkpoint:
-            ctx.info["checkpoint"] = str(keep_only_best(trainer, ctx.out))
+        if p.keep_checkpoint:  # a seed group's further seeds keep none: the first seed's is the cell's
+            best = keep_only_best(trainer, ctx.out)
+            if ctx.extra_seed:
+                shutil.rmtree(best, ignore_errors=True)
+            else:
+                ctx.info["checkpoint"] = str(best)
     test_scored = "test" in ds and "label" in ds["test"].column_names
     if train or not test_scored:  # zero-shot selects nothing: its validation pass would only repeat
         metrics.update(validation_scores(trainer, train))  # the test's (a third of the cell's time)

@@ -149,15 +149,26 @@ def interval_of(columns, key: str) -> tuple[str, str] | None:
     return None
 
 
-def interval_text(v, lo, hi, ratio: bool) -> str | None:
+def interval_text(v, lo, hi, ratio: bool, seeds=None) -> str | None:
     """'v [lo, hi]', and for a paired ratio its verdict: faster (the interval lies above 1), slower
-    (below), ~ (it holds 1)."""
+    (below), ~ (it holds 1); for a seed group's mean (`seeds`: its count) '(n seeds)'."""
     if v is None or pd.isna(v):
         return None
     if pd.isna(lo) or pd.isna(hi):
         return f"{v:.3g}"
+    if seeds is not None and not pd.isna(seeds):
+        return f"{v:.3g} [{lo:.3g}, {hi:.3g}] ({int(seeds)} seeds)"
     verdict = (" faster" if lo > 1 else " slower" if hi < 1 else " ~") if ratio else ""
     return f"{v:.3g} [{lo:.3g}, {hi:.3g}]{verdict}"
+
+
+def seed_counts(runs: pd.DataFrame, key: str) -> pd.Series:
+    """Each row's seed count where `key`'s interval is a seed group's (it has `_sd` beside it,
+    steps/core/seeds.py; a paired ratio's has none), else NaN."""
+    nan = pd.Series([math.nan] * len(runs), index=runs.index, dtype=float)
+    if f"metrics.{key}_sd" not in runs.columns or "metrics.seeds" not in runs.columns:
+        return nan
+    return runs["metrics.seeds"].where(runs[f"metrics.{key}_sd"].notna())
 
 
 def metric_columns(runs: pd.DataFrame, metrics: dict[str, str], combine: bool) -> dict[str, pd.Series]:
@@ -179,7 +190,9 @@ def metric_columns(runs: pd.DataFrame, metrics: dict[str, str], combine: bool) -
         if pair and pair != INTERVALS[2]:
             lo, hi = runs[f"metrics.{key}{pair[0]}"], runs[f"metrics.{key}{pair[1]}"]
             col = pd.Series(
-                [interval_text(*t, pair == RATIO) for t in zip(col, lo, hi)], index=runs.index, dtype=object
+                [interval_text(v, a, b, pair == RATIO, n) for v, a, b, n in zip(col, lo, hi, seed_counts(runs, key))],
+                index=runs.index,
+                dtype=object,
             )
         out[title] = col
     return out
@@ -192,6 +205,8 @@ def build_table(runs: pd.DataFrame, metrics: dict[str, str], only_changed: bool 
     params = sorted(c for c in runs.columns if c.startswith("params."))
     varying = [c for c in params if differs(runs[c])]
     table = runs[[c for c in ID_COLUMNS if c in runs]].copy()
+    if "metrics.seeds" in runs and "seeds" not in metrics.values():  # how many seeds each row's numbers are over
+        table["seeds"] = pd.to_numeric(runs["metrics.seeds"], errors="coerce").fillna(1).astype(int)
     for title, col in metric_columns(runs, metrics, combine).items():
         if col.isna().all() or (only_changed and len(runs) > 1 and not differs(col)):
             continue

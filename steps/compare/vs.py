@@ -100,6 +100,7 @@ def stage_changes(jobs: list[dict], this: dict, prev: dict, metrics: dict[str, s
         same = n.get("run") == b.get("run")
         moved = "same" if same else "gone" if n.empty else "new" if b.empty else "rerun"
         row = {"cell": cell, "run": moved, "status": status(n.get("status"), b.get("status"))}
+        row |= {"seeds": _num(n.get("metrics.seeds")), "seeds before": _num(b.get("metrics.seeds"))}
         for title, key in metrics.items():
             v, w = _num(n.get(f"metrics.{key}")), _num(b.get(f"metrics.{key}"))
             delta = None if same or v is None or w is None else v - w
@@ -145,6 +146,7 @@ def drop_empty(table: pd.DataFrame, metrics: dict[str, str]) -> dict[str, str]:
 def as_text(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     """The table for reading: each metric one column, 'now (change)' with its noise mark."""
     out = table[["cell", "run", "status"]].copy()
+    out["seeds"] = [seeds_text(n, b) for n, b in zip(table["seeds"], table["seeds before"])]
     for t in metrics:
         out[t] = [
             change(v, w, r == "same", MARKS.get(n if isinstance(n, str) else None, ""))
@@ -157,7 +159,15 @@ def as_text(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
 def as_raw(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     """The table for csv/json: per metric its value, value before, change and noise verdict."""
     cols = [c for t in metrics for c in (t, f"{t} before", f"{t} change", f"{t} noise")]
-    return table[["cell", "run", "status", *cols, "params changed"]]
+    return table[["cell", "run", "status", "seeds", "seeds before", *cols, "params changed"]]
+
+
+def seeds_text(now, before) -> str:
+    """How many seeds a cell's numbers are over: '3', '3 (was 1)'; '1' for a run of one seed (its
+    numbers carry no seed interval: their changes read without a noise mark)."""
+    n = 1 if now is None or pd.isna(now) else int(now)
+    b = None if before is None or pd.isna(before) else int(before)
+    return f"{n}" if b is None or b == n else f"{n} (was {b})"
 
 
 def title(this: dict, prev: dict) -> str:

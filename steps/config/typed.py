@@ -20,6 +20,8 @@ __all__ = ["TRAJECTORY", "Section", "field_names", "trajectory_fields", "typed"]
 # field metadata: a key that defines what is trained (data, schedule, optimiser hyperparameters),
 # not how fast: a run that changes one follows another trajectory, its loss is not comparable
 TRAJECTORY = {"trajectory": True}
+# keys of every stage section that the job runner reads (steps/core/job.py: a cell's seed group)
+JOB_KEYS = ("seeds",)
 
 
 def typed(cls, params):
@@ -28,6 +30,8 @@ def typed(cls, params):
         return params
     hints = typing.get_type_hints(cls)
     names = field_names(cls)
+    # what the job runner reads, not the stage (a section may still declare it: word2vec's seeds)
+    params = {k: v for k, v in params.items() if k not in JOB_KEYS or k in names}
     unknown = sorted(set(params) - set(names))
     if unknown:
         raise ConfigError(f"{cls.__name__} has no field {unknown}: declare it there (and in its schema)")

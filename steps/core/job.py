@@ -17,6 +17,7 @@ from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
 from steps.core.run import StageRun
+from steps.core.seeds import METHOD, aggregate
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
 from steps.tracking.provenance import is_number
@@ -56,6 +57,72 @@ def _end_failed(ctx: StageRun, message: str) -> str | None:
             raise
         return lost
     return None
+
+
+def seed_count(stage, params: dict) -> int:
+    """How many seeds the cell trains: its `seeds` knob (every stage section has one, a cell may
+    override it). A stage that trains its seeds itself (word2vec: the further seeds only train and
+    score, steps/word2vec/seeds.py) declares `own_seeds` and gets 1 here."""
+    if getattr(stage, "own_seeds", False):
+        return 1
+    return max(1, int(params.get("seeds") or 1))
+
+
+def seed_group(stage, ctx: StageRun, first: dict, seeds: int) -> dict:
+    """Run the cell's further seeds (seed+1 .. seed+seeds-1), each in its own MLflow run nested under
+    the cell's and its own folder (`<out>/seeds/<seed>/`); the first seed ran in the cell's own run
+    and folder (its files, curves and model are the cell's). Returns the cell's metrics: every
+    number's mean over the seeds with its sd and 95 % interval (steps/core/seeds.py), `seeds`; each
+    seed's outcomes are a row of the cell's `seeds` table."""
+    per_seed = [(ctx.seed, first)]
+    for i in range(1, seeds):
+        seed = ctx.seed + i
+        twin = ctx.for_seed(seed, ctx.mlflow.seed_run(seed))
+        print(f"{ctx.stage}[{ctx.cell}] seed {seed} ({i + 1} of {seeds})", file=sys.stderr)
+        twin.start()
+        try:
+            twin.seed_everything()
+            numbers, _ = split_metrics(stage.run(twin) or {})
+            twin.log_metrics({k: v for k, v in numbers.items() if v is not None})
+        except BaseException as exc:
+            twin.end("failed", f"{type(exc).__name__}: {exc}")
+            raise
+        twin.end("ok")
+        per_seed.append((seed, numbers))
+    ctx.seed_everything()  # what the job does after its seeds sees the first seed's state again
+    # the first seed's own run, nested like the others (its curves and files are on the cell's run)
+    ctx.log_child(
+        f"{ctx.stage}:{ctx.cell} seed {ctx.seed}",
+        params={"seed": ctx.seed},
+        metrics={k: v for k, v in first.items() if v is not None},
+        tags={"seed": str(ctx.seed), "seed_of": str(ctx.run_id), "first_seed": "its curves and files: the cell run's"},
+    )
+    group = aggregate([m for _, m in per_seed])
+    spread = [k for k in group if k.endswith("_sd")]
+    table = [{"seed": s, **{k.removesuffix("_sd"): m.get(k.removesuffix("_sd")) for k in spread}} for s, m in per_seed]
+    write_seed_table(ctx, table)
+    ctx.info["seeds"] = ", ".join(str(s) for s, _ in per_seed)
+    ctx.info["seed_interval"] = METHOD
+    return group
+
+
+def write_seed_table(ctx: StageRun, rows: list[dict]) -> None:
+    """`<out>/seeds.csv` (+ .md): one row per seed, the outcomes that differ between seeds."""
+    import csv
+
+    from steps.tables import fmt
+
+    path = ctx.out / "seeds.csv"
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(rows)
+    md = ["| " + " | ".join(keys) + " |", "|" + "|".join("---" for _ in keys) + "|"]
+    md += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
+    path.with_suffix(".md").write_text("\n".join(md) + "\n")
+    ctx.log_artifact(path, "tables")
+    ctx.log_artifact(path.with_suffix(".md"), "tables")
 
 
 def run_job(stage, argv: list[str] | None = None) -> None:
@@ -99,8 +166,13 @@ def run_job(stage, argv: list[str] | None = None) -> None:
         ctx.seed_everything()
         result = stage.run(ctx) or {}
         numbers, info = split_metrics(result)
+        seeds = seed_count(stage, params)
+        if seeds > 1:  # the cell's outcomes: means over its seeds, with their intervals
+            numbers = seed_group(stage, ctx, numbers, seeds)
         numbers["wall_time_s"] = round(time.time() - t0, 3)
-        ctx.log_metrics({k: v for k, v in numbers.items() if v is not None})
+        # a seed group's means at the run's last step: MLflow shows a metric's value at its highest step
+        last = ctx.mlflow.last_step if seeds > 1 else None
+        ctx.log_metrics({k: v for k, v in numbers.items() if v is not None}, step=last)
         info.update(ctx.info)
         record.update(status="ok", run_id=ctx.run_id, experiment_id=ctx.experiment_id, metrics=numbers, info=info)
         ctx.end("ok")

@@ -23,6 +23,7 @@ class Untracked:
     """The run of a StageRun built without `open_run`: no store, nothing logged."""
 
     uri = run_id = experiment_id = None
+    last_step = 0
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
         pass
@@ -79,6 +80,29 @@ class StageRun:
         self.info: dict[str, Any] = {}
         # what the MLflow run says about itself: module, experiment description, run note
         self.about = {**(about or {}), "inputs": self.inputs}
+        self.extra_seed = False  # True in a seed group's further seeds (for_seed): see there
+
+    def for_seed(self, seed: int, run: Any) -> "StageRun":
+        """The same cell under another seed of its seed group (steps/core/job.py): its own folder
+        (`<out>/seeds/<seed>/`, every output path moved there), its own MLflow run `run` (nested under
+        the cell's), its own info. `extra_seed` is True: a stage may skip there what is not an outcome
+        of training (benchmarks, exports, samples): the first seed's are the cell's."""
+        out = self.out / "seeds" / str(seed)
+        twin = StageRun(
+            self.stage,
+            self.cell,
+            self.params,
+            {**self.common, "seed": seed},
+            out,
+            None,
+            inputs=self.inputs,
+            outputs={k: str(out / Path(v).name) for k, v in self.outputs.items()},
+            about=self.about,
+        )
+        twin.mlflow, twin.uri, twin.threads = run, run.uri, self.threads
+        twin.config_hash = self.config_hash  # the cell's: a seed group is one config
+        twin.extra_seed = True
+        return twin
 
     # ---- the MLflow run ----------------------------------------------------------------------
     @property

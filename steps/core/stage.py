@@ -100,11 +100,13 @@ class Presentation:
 class Stage(Presentation):
     module: str  # the module's import name: `__spec__.name`
     run: Callable[[StageRun], dict]
+    # the stage trains its `seeds` itself (word2vec); else the job runs `run` once per seed (job.py)
+    own_seeds: bool = False
 
     @classmethod
-    def of(cls, module: str, run: Callable[[StageRun], dict], shown: Presentation) -> "Stage":
+    def of(cls, module: str, run: Callable[[StageRun], dict], shown: Presentation, own_seeds: bool = False) -> "Stage":
         """The stage of `module`: its `run` and its presentation (steps/presentation/<stage>.py)."""
-        return cls(module, run, **{f.name: getattr(shown, f.name) for f in fields(Presentation)})
+        return cls(module, run, **{f.name: getattr(shown, f.name) for f in fields(Presentation)}, own_seeds=own_seeds)
 
     @property
     def name(self) -> str:

@@ -53,7 +53,7 @@ def run(ctx: StageRun) -> dict:
     counts = {"ok": 0, "skipped": 0, "failed": 0, "missing": 0}
     for stage in ctx.progress(stages, desc="report", total=len(stages)):
         spec = presentation(stage)  # steps/presentation/<stage>.py: no torch, JAX or transformers
-        table = stage_table(records[stage], runs, spec)
+        table = stage_table(records[stage], runs, spec, folders[stage])
         table.to_csv(out / f"{stage}.csv", index=False)
         status = table["status"].value_counts().to_dict()
         for k in counts:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.report.gather import SEEDS
 from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
 from steps.tracking.describe import report_run_link
@@ -29,7 +30,24 @@ def run_link(ui: str, exp: str, run_id: str) -> str:
     return report_run_link(exp, run_id, ui) if run_id else ""
 
 
+def with_seed_intervals(table: pd.DataFrame) -> pd.DataFrame:
+    """A seed group's columns as one cell each, "mean [low, high] (n seeds)" (gather.SEEDS: the
+    table keeps the interval beside the mean for the CSV); a cell of one seed beside them keeps its
+    value alone."""
+    out = table.copy()
+    for c in [c for c in table.columns if str(c).endswith(SEEDS)]:
+        base = c.removesuffix(SEEDS)
+        if base in out:
+            out[base] = [
+                f"{fmt(v, markdown=False)} {iv}" if isinstance(iv, str) and iv and fmt(v) else v
+                for v, iv in zip(out[base], out[c])
+            ]
+        out = out.drop(columns=[c])
+    return out
+
+
 def md_with_links(table: pd.DataFrame, ui: str) -> str:
+    table = with_seed_intervals(table)
     shown = table.drop(columns=["experiment_id"]).copy()
     shown["run_id"] = [
         f"[{r[:8]}]({run_link(ui, e, r)})" if r else "" for r, e in zip(table["run_id"], table["experiment_id"])
@@ -53,6 +71,7 @@ def numeric_columns(table: pd.DataFrame) -> set:
 
 def html_table(table: pd.DataFrame, ui: str = "") -> str:
     """An HTML table in its own scrolling box: numbers right-aligned, text left, run ids linked."""
+    table = with_seed_intervals(table)
     shown = [c for c in table.columns if c != "experiment_id"]
     num = numeric_columns(table)
 

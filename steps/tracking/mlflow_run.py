@@ -27,10 +27,20 @@ LAB_RUN_ENV = "N00BGPT_LAB_RUN"
 
 
 class MlflowRun:
-    def __init__(self, uri: str | None, stage: str, cell: str, config_hash: str, seed: int, enabled: bool = True):
+    def __init__(
+        self,
+        uri: str | None,
+        stage: str,
+        cell: str,
+        config_hash: str,
+        seed: int,
+        enabled: bool = True,
+        parent: "MlflowRun | None" = None,
+    ):
         self.uri = store.tracking_uri(uri)
         self.stage, self.cell, self.config_hash, self.seed = stage, cell, config_hash, seed
         self.enabled = enabled
+        self.parent = parent  # a seed's run: nested under its cell's run, not the lab run
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self._client = None
@@ -38,6 +48,7 @@ class MlflowRun:
         self._buffer: list = []
         self._last_flush = time.monotonic()
         self._latest: dict[str, float] = {}  # each metric's last value: the run's `view_order` (views.py)
+        self.last_step = 0  # the highest step logged: a seed group's means go there (the run's latest value)
         self._system = None  # MLflow's SystemMetricsMonitor, for stages that train (about["system_metrics"])
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
@@ -48,10 +59,12 @@ class MlflowRun:
         about = about or {}
         c = self._client = store.client(self.uri)
         self.experiment_id = store.experiment_id(c, self.stage, self.uri, about.get("description", ""))
-        self._close_stale_runs()
-        self._save_view()
+        if self.parent is None:  # a seed's run starts inside its cell's job: nothing stale to close
+            self._close_stale_runs()
+            self._save_view()
         commit = git_commit()
-        parent = self._lab_run()
+        parent = self.parent.run_id if self.parent is not None else self._lab_run()
+        name = f"{self.stage}:{self.cell}" + (f" seed {self.seed}" if self.parent is not None else "")
         tags = {
             "rule": self.stage,
             "cell": self.cell,
@@ -61,7 +74,8 @@ class MlflowRun:
             "git_commit": commit,
             "seed": str(self.seed),
             "host": platform.node(),
-            "mlflow.runName": f"{self.stage}:{self.cell}",
+            "mlflow.runName": name,
+            **({"seed_of": self.parent.run_id} if self.parent is not None else {}),
             "mlflow.source.name": about.get("module") or f"steps.{self.stage}",
             "mlflow.source.type": "JOB" if parent else "LOCAL",
             "mlflow.user": getpass.getuser(),
@@ -73,13 +87,13 @@ class MlflowRun:
         }
         self._source = {k: v for k, v in tags.items() if k.startswith(("mlflow.source.", "mlflow.user"))}
         with store.write_lock(self.uri):
-            run = store.retrying(c.create_run, self.experiment_id, tags=tags, run_name=f"{self.stage}:{self.cell}")
+            run = store.retrying(c.create_run, self.experiment_id, tags=tags, run_name=name)
         self.run_id = run.info.run_id
         shown = about.get("params_shown", params)  # the Stage's params_used (steps/core/stage.py)
         values = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in flatten(shown).items()}
         values.update({f"common.{k}": str(v) for k, v in flatten(common).items()})
         self._log_params(self.run_id, values)
-        if about.get("system_metrics"):
+        if about.get("system_metrics") and self.parent is None:
             self._start_system_metrics()
         datasets = dataset_inputs(about.get("inputs") or {})
         if datasets:
@@ -136,6 +150,12 @@ class MlflowRun:
         except Exception:  # another store (a job pointed elsewhere) or a deleted run: no parent
             return None
         return run_id
+
+    def seed_run(self, seed: int) -> "MlflowRun":
+        """The run of one further seed of this cell's seed group, nested under this run (started by
+        the caller with `start`, ended with `end`, like this one)."""
+        enabled = self.enabled and bool(self.run_id)
+        return MlflowRun(self.uri, self.stage, self.cell, self.config_hash, seed, enabled, parent=self)
 
     def log_child(self, name: str, params: dict, metrics: dict[str, float], tags: dict | None = None) -> str | None:
         """A finished child run nested under this one, in the same experiment (one per seed, say)."""
@@ -196,6 +216,7 @@ class MlflowRun:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
+        self.last_step = max(self.last_step, int(step or 0))
         for k, v in metrics.items():
             if is_number(v):
                 self._buffer.append(Metric(k, float(v), ts, int(step or 0)))

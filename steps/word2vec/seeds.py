@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from steps.core import StageRun
+from steps.core.seeds import interval
 from steps.word2vec.baseline import train_gensim
 from steps.word2vec.config import Word2VecConfig
 from steps.word2vec.corpus import Corpus
@@ -51,8 +52,8 @@ def train_vectors(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, seed: int) -
 
 def over_seeds(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, first: dict, common: QuestionSet) -> dict:
     """Train and score seeds seed+1 .. seed+seeds-1 as well; scores become means over all
-    seeds (analogy_acc on the cell's `common` questions), words/s their median, and the sample sd
-    of each score is reported beside them. Each
+    seeds (analogy_acc on the cell's `common` questions), words/s their median, and each score's
+    sample sd and 95 % interval (Student's t over seeds) are reported beside them. Each
     seed's scores are a child run of the cell's run (and a row of its seeds table)."""
     if p.seeds == 1:
         return {"seeds": 1}
@@ -63,7 +64,7 @@ def over_seeds(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, first: dict, co
         rows.append({"seed": ctx.seed + i, "words_per_s": m["words_per_s"], **{k: scores[k] for k in QUALITY}})
     for row in rows:  # one finished child run per seed, nested under the cell's run
         ctx.log_child(
-            f"seed {row['seed']}",
+            f"word2vec:{ctx.cell} seed {row['seed']}",
             params={"seed": row["seed"], "backend": p.backend},
             metrics={k: row[k] for k in ("words_per_s", *QUALITY)},
             tags={"seed": str(row["seed"])},
@@ -75,8 +76,9 @@ def over_seeds(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, first: dict, co
         "words_per_s": float(table["words_per_s"].median()),
         "first_seed_words_per_s": first["words_per_s"],
     }
-    for k in QUALITY:
-        out |= {k: float(table[k].mean()), f"first_seed_{k}": first[k], f"{k}_sd": float(table[k].std())}
+    for k in QUALITY:  # the cell's score: the mean over seeds with its 95 % interval (steps/core/seeds.py)
+        iv = interval(table[k].tolist())
+        out |= {k: iv.mean, f"first_seed_{k}": first[k], f"{k}_sd": iv.sd, f"{k}_low": iv.low, f"{k}_high": iv.high}
     ctx.info["seed_sd"] = ", ".join(
         f"{name} {out[f'{k}_sd']:.3f}" for name, k in zip(("analogy", "analogy (own)", "WS353", "SimLex"), QUALITY)
     )

@@ -93,4 +93,5 @@ def describe_trainer(ctx: StageRun, p: Word2VecConfig) -> None:
     )
 
 
-STAGE = Stage.of("steps.word2vec", run, SHOWN)  # a package stage: its name is the package's
+STAGE = Stage.of("steps.word2vec", run, SHOWN, own_seeds=True)  # a package stage: its name is the package's;
+# its further seeds only train and score (steps/word2vec/seeds.py), never export
