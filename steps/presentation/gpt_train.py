@@ -22,5 +22,5 @@ SHOWN = Presentation(
     headline=("validation loss after training", "val loss end", "min"),
     curves=["train_loss", "val_loss"],
     system_metrics=True,  # a training job: CPU, memory (GPU on CUDA) in its run's system metrics
-    tables=["benchmark"],
+    tables=["benchmark", "seeds"],  # seeds: each seed's outcomes (a seed group, steps/core/job.py)
 )

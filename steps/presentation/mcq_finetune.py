@@ -29,5 +29,5 @@ SHOWN = Presentation(
     headline_of=("test questions", "test questions"),
     curves=["loss"],  # validation MAP@3 is evaluated once an epoch: a point, not a curve, at 1 epoch
     system_metrics=True,  # a training job: CPU, memory (GPU on CUDA) in its run's system metrics
-    tables=["test_by_template"],
+    tables=["test_by_template", "seeds"],  # seeds: each seed's outcomes (a seed group)
 )

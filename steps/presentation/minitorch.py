@@ -54,6 +54,6 @@ SHOWN = Presentation(
     },
     headline=("worst op parity error vs torch (fp64)", "op parity (max err)", "max"),
     curves=["train_loss"],
-    tables=["op_parity", "loss_trajectory"],
+    tables=["op_parity", "loss_trajectory", "seeds"],  # seeds: the classifier's per-seed accuracy
     columns_for=columns_for,
 )

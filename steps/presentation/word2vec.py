@@ -59,6 +59,7 @@ SHOWN = Presentation(
     headline=("best Google-analogy accuracy, every cell on the same questions", "analogy acc, common questions", "max"),
     headline_of=("common questions", "questions every cell's vocabulary answers"),
     curves=["loss"],
+    tables=["seeds"],  # each seed's scores, every trained cell (steps/word2vec/seeds.py)
     figures=report_figures,
     params_used=params_used,
 )
