@@ -30,6 +30,7 @@ from steps.config import config_hash
 from steps.core.cli import parser as cli_parser
 from steps.core.stage import presentation
 from steps.report.gather import headline_row
+from steps.report.render import with_seed_intervals
 from steps.tables import to_markdown
 from steps.tracking.provenance import CPU_FLAGS, machine
 
@@ -138,7 +139,7 @@ def stage_tables(results: Path, stages: list[str]) -> tuple[pd.DataFrame, dict[s
         table = pd.read_csv(results / "reports" / f"{stage}.csv", dtype=ids)
         table[["run_id", "experiment_id"]] = table[["run_id", "experiment_id"]].fillna("")
         heads.append(headline_row(stage, table, presentation(stage)))
-        shown = table.drop(columns=["experiment_id"])
+        shown = with_seed_intervals(table.drop(columns=["experiment_id"]))  # "mean [low, high] (n seeds)"
         if shown["reason"].isna().all():
             shown = shown.drop(columns=["reason"])
         tables[stage] = shown.rename(columns={"run_id": "MLflow run id"})
