@@ -110,7 +110,11 @@ def differing_params(runs) -> list[str]:
 
 def refresh(c, exp_id: str, stage: str) -> None:
     """The stage's view with the params its cells differ in now (the job runs, not their children)."""
-    runs = [r for r in c.search_runs([exp_id], max_results=1000) if r.data.tags.get("rule")]
+    runs = [
+        r
+        for r in c.search_runs([exp_id], max_results=1000)
+        if r.data.tags.get("rule") and not r.data.tags.get("seed_of")  # a seed group's seeds are no jobs
+    ]
     save(c, exp_id, stage_view(stage, differing_params(runs)), stage)
 
 
