@@ -38,6 +38,12 @@ GPU = ROOT / "configs" / "gpu.yaml"
 NO_SLURM = {"SLURM_CONF": "/dev/null"}
 os.environ.update(NO_SLURM)
 
+# The run cache (steps/core/runcache.py) is off in the tests' jobs, and never the user's ~/.cache: a
+# DAG restoring another test's jobs would not run what its test checks. The environment's value is
+# the default of a config naming no `cache_dir`; tests/test_runcache.py names one (`--config cache_dir=`).
+RUN_CACHE_OFF = {"N00BGPT_RUN_CACHE": "off"}
+os.environ.update(RUN_CACHE_OFF)
+
 
 def clean_env() -> dict:
     """The environment for a child job: MLflow's `set_tracking_uri` exports MLFLOW_TRACKING_URI,
@@ -258,10 +264,13 @@ def smoke_params(stage: str, cell: str) -> dict:
 
 
 def smoke_cells() -> dict[str, list[str]]:
-    """The cells of every stage in the smoke config (tracking and report are no matrix)."""
+    """The cells of every stage in the smoke config (tracking, sweep and report are no matrix; a sweep's
+    cells are its stage's, steps/config/sweep.py)."""
     cfg = load_config(DEFAULT, SMOKE)
     stages = [
-        s for s in load_schema()["properties"] if isinstance(cfg.get(s), dict) and s not in ("tracking", "report")
+        s
+        for s in load_schema()["properties"]
+        if isinstance(cfg.get(s), dict) and s not in ("tracking", "sweep", "report")
     ]
     return {s: cells(cfg, s) for s in stages}
 

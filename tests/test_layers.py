@@ -27,12 +27,15 @@ STEPS = ROOT / "steps"
 
 TRACKING_ALLOWED = {
     "steps.core.job",  # opens each job's MLflow run and hands it to StageRun
+    "steps.core.runcache",  # the run cache: a finished job's run saved, or checked and restored, in its store
     "steps.report.gather",  # the report stage's package: it reads this DAG's runs back from MLflow
     "steps.report.plots",
     "steps.report.render",
+    "steps.report.sweep",  # ... a sweep's table links its runs and its saved view
     "steps.ui",  # python -m steps.ui: the lab's MLflow app
     "steps.compare",  # python -m steps.compare: runs of a store side by side (run links: steps.tracking.describe)
     "steps.compare.read",  # ... which reads the store
+    "steps.compare.sweep",  # ... and a sweep's runs (run links: steps.tracking.describe)
     "steps.record",  # python -m steps.record: a finished run's dated record, from its store
     "steps.campaign.__main__",  # python -m steps.campaign: opens the campaign's lab run
     "steps.campaign.record",  # python -m steps.campaign.record: a record from a finished run's store

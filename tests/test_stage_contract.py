@@ -202,7 +202,8 @@ def _dry_run_jobs(workdir) -> list[tuple[str, dict, dict, dict]]:
     for line in out.splitlines():
         if "python -m steps." not in line:
             continue
-        argv = shlex.split(line[line.index("python -m steps.") :].split(" > ")[0])
+        # the stage's own command: after the run cache's check (`... || python -m steps.<stage> ...`)
+        argv = shlex.split(line[line.rindex("python -m steps.") :].split(" >")[0])
         stage, pairs, cfg = argv[2].removeprefix("steps."), {"--input": {}, "--output": {}}, None
         for flag, value in zip(argv[3::2], argv[4::2]):
             if flag == "--cfg":

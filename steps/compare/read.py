@@ -15,6 +15,7 @@ from steps.tracking import store
 
 # the run tags compare reads (the SQL reader fetches only these: a run has dozens of version.* tags)
 TAGS = ("cell", "stage", "status", "mlflow.parentRunId", "mlflow.runName", "reason", "error")
+TAGS += ("sweep", "sweep_value", "sweep_order")  # a sweep's cells (steps/config/sweep.py, compare --sweep)
 
 
 class CompareError(Exception):

@@ -4,6 +4,7 @@ The schema is split per stage (`workflow/schemas/<section>.schema.yaml`) so each
 keys; `config.schema.yaml` holds the top-level keys. Validation fills defaults, rejects unknown
 keys and wrong types *before any job starts*, and names the key and the expected type.
 `perf.ladder` expands into perf cells here (`steps/config/ladder.py`), before validation of the cells.
+A `sweep` expands into cells of its stage here too (`steps/config/sweep.py`).
 Strings a reader left untyped (YAML's `1e-4`, a nested `--config`'s values) are typed by the schema
 first (`steps/config/coerce.py`); every `select` and cell reference must name a declared cell.
 """
@@ -22,6 +23,7 @@ from jsonschema import Draft7Validator, validators
 from steps.config.base import ConfigError, deep_merge
 from steps.config.coerce import coerce_scalars
 from steps.config.ladder import expand_ladder
+from steps.config.sweep import expand_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = ROOT / "workflow" / "schemas"
@@ -30,6 +32,9 @@ CONFIG_DIR = ROOT / "configs"
 
 # Keys that describe a stage's matrix, not one job: never part of a cell's resolved config.
 MATRIX_KEYS = ("cells", "select", "ladder")
+# Top-level keys that say where finished jobs are kept, not what a job computes (the run cache,
+# steps/core/runcache.py): in no job's config, so changing them reruns nothing and changes no hash.
+RUN_CACHE_KEYS = ("cache", "cache_dir")
 # Keys whose value names cells of a stage ({stage: {key: the stage whose cells it names}}): the DAG
 # plans those cells' jobs as inputs (rules/perf.smk, rules/scale.smk).
 CELL_REFERENCES = {"perf": {"baseline_cell": "perf"}, "scale": {"measured": "sharding"}}
@@ -117,6 +122,8 @@ def validate_config(config: dict, where: str = "merged config", command_line: di
     _validate(cfg, schema, where, fill=True)
     if isinstance(cfg.get("perf"), dict):
         cfg["perf"] = expand_ladder(cfg["perf"])
+    # `sweep`: one knob over values, each a cell of its stage (steps/config/sweep.py), validated below
+    cfg = expand_sweep(cfg, schema, (command_line or {}).get("sweep"))
     for stage, sub in schema["properties"].items():
         section = cfg.get(stage)
         if not isinstance(section, dict) or "cells" not in section:
@@ -188,7 +195,9 @@ def cell_config(config: dict, stage: str, cell: str) -> dict:
         if cell not in section["cells"]:
             raise ConfigError(f"{stage}: no cell named {cell!r}; declared: {sorted(section['cells'])}")
         resolved = deep_merge(resolved, section["cells"][cell] or {})
-    common = {k: v for k, v in config.items() if not isinstance(v, dict) or k in ("tracking",)}
+    common = {
+        k: v for k, v in config.items() if (not isinstance(v, dict) or k in ("tracking",)) and k not in RUN_CACHE_KEYS
+    }
     return {"stage": stage, "cell": cell, "common": common, **{"params": resolved}}
 
 

@@ -11,6 +11,7 @@ curves, tables, figures), read from the stage's own module.
 
   gather.py   records, MLflow runs, one table per stage
   plots.py    learning curves from MLflow histories
+  sweep.py    a swept knob's table and plot, outcome against value (config `sweep`)
   render.py   Markdown and HTML
   header.py   the header's date, commit, machine and command, from the runs' provenance
 """
@@ -29,6 +30,7 @@ from steps.report.gather import fetch_runs, headline_row, load_cell, logged_tabl
 from steps.report.header import provenance
 from steps.report.plots import curve_figure
 from steps.report.render import HEAD_COLUMNS, index_html, index_markdown, stage_html, stage_markdown
+from steps.report.sweep import sweep_section
 from steps.tracking import store
 
 
@@ -70,6 +72,13 @@ def run(ctx: StageRun) -> dict:
         for f in figs:
             ctx.log_artifact(f, "plots")
         ctx.log_artifact(out / f"{stage}.csv", "tables")
+
+    if p.sweeps:  # a knob swept over values (steps/config/sweep.py): one table and one plot each
+        md, htm, figs = sweep_section(p.sweeps, records, runs, out, plots, ui)
+        md_sections.append(md)
+        html_sections.append(htm)
+        for f in [*figs, out / "sweep.csv"]:
+            ctx.log_artifact(f, "plots" if f.suffix == ".png" else "tables")
 
     head = pd.DataFrame(heads)
     if head.empty:

@@ -18,3 +18,5 @@ class ReportConfig(Section):
     # not a knob: ([stage, [cell, ...]], ...), every other stage rule's selected cells in DAG order
     # (workflow/rules/report.smk adds it to the section)
     stages: tuple[list, ...] = ()
+    # not a knob: the config's sweeps (steps/config/sweep.py: Sweep.as_dict), where it has any
+    sweeps: tuple[dict, ...] = ()

@@ -13,10 +13,13 @@ belongs to a process that died without closing it.
 from __future__ import annotations
 
 import html
+import json
 import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+
+from steps import paths
 
 COMMAND_LINE = re.compile(r"Command '(.*)' (?:returned non-zero exit status (-?\d+)|died with <Signals\.(\w+): \d+>)")
 CAUGHT = re.compile(r"killed by signal (\d+)")
@@ -114,11 +117,14 @@ def cell(text: str) -> str:
 
 
 def html_page(jobs: list[Job], title: str) -> str:
-    """The same table as a standalone page (MLflow's artifact viewer renders it)."""
+    """The same table as a standalone page (MLflow's artifact viewer renders it): each run link opens a
+    new tab, and in MLflow's sandboxed artifact frame a click opens it all the same (describe.FRAMED_LINKS)."""
+    from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, NEW_TAB
+
     esc = html.escape
     rows = "".join(
         f'<tr class="{esc(j.status)}"><td>{esc(j.stage)}</td><td>{esc(j.cell)}</td><td>{esc(j.shown_status)}</td>'
-        f"<td>{f'<a href={chr(34)}{esc(j.link)}{chr(34)} target=_top>run</a>' if j.link else ''}</td>"
+        f"<td>{f'<a href={chr(34)}{esc(j.link)}{chr(34)} {NEW_TAB}>run</a>' if j.link else ''}</td>"
         f"<td>{esc(cell(j.why))}</td></tr>"
         for j in jobs
     )
@@ -129,8 +135,8 @@ def html_page(jobs: list[Job], title: str) -> str:
     )
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>{esc(title)}</title><style>{style}</style></head>"
-        f"<body><h1>{esc(title)}</h1><p>{esc(summary(jobs))}</p><table><tr><th>stage</th><th>cell</th>"
-        f"<th>status</th><th>run</th><th>reason</th></tr>{rows}</table></body></html>\n"
+        f"<body>{FRAMED_NOTE}<h1>{esc(title)}</h1><p>{esc(summary(jobs))}</p><table><tr><th>stage</th><th>cell</th>"
+        f"<th>status</th><th>run</th><th>reason</th></tr>{rows}</table>{FRAMED_LINKS}</body></html>\n"
     )
 
 
@@ -140,3 +146,40 @@ def write_tables(jobs: list[Job], title: str, folder: Path) -> list[Path]:
     md.write_text(markdown(jobs, title))
     page.write_text(html_page(jobs, title))
     return [md, page]
+
+
+def cache_events(lab_run: str) -> Path:
+    """The run cache's events of one lab run, a JSON object a line: each job restored from the run
+    cache (steps/core/runcache.py writes them), and each entry that failed its checks."""
+    return paths.RESULTS / "logs" / "runcache" / f"{lab_run}.jsonl"
+
+
+def read_cache_events(lab_run: str) -> list[dict]:
+    try:
+        lines = cache_events(lab_run).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line a killed job cut short
+            pass
+    return out
+
+
+def restored_jobs(events: list[dict], listed: set[str]) -> list[Job]:
+    """The jobs restored from the run cache whose run is the one that computed them (not among the
+    lab run's child runs, `listed`): a row each, linked to that run."""
+    from steps.tracking.describe import ui_url
+
+    rows = []
+    for e in events:
+        if e.get("event") == "restored" and e.get("run_id") and e["run_id"] not in listed:
+            why = "restored from the run cache: the run is the one that computed it"
+            exp, run = str(e.get("experiment_id") or ""), e["run_id"]
+            job = Job(str(e.get("stage")), str(e.get("cell")), str(e.get("status") or "ok"), why)
+            job.link, job.run_id, job.experiment_id, job.run_status = ui_url("", exp, run), run, exp, "FINISHED"
+            rows.append(job)
+            listed.add(e["run_id"])
+    return rows

@@ -29,7 +29,18 @@ from steps.config import cells
 from steps.core.cli import parser as cli_parser
 from steps.tracking import store, views
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
-from steps.tracking.jobs import Job, classify, command_signals, counts, markdown, signal_of, summary, write_tables
+from steps.tracking.jobs import (
+    Job,
+    classify,
+    command_signals,
+    counts,
+    markdown,
+    read_cache_events,
+    restored_jobs,
+    signal_of,
+    summary,
+    write_tables,
+)
 from steps.tracking.mlflow_run import LAB_RUN_ENV
 from steps.tracking.provenance import git_commit, machine
 
@@ -85,7 +96,8 @@ def jobs_table(c, run_id: str, logs: dict | None = None, commands: dict | None =
     for r in sorted(runs, key=lambda r: (r.data.tags.get("stage", ""), r.data.tags.get("cell", ""))):
         t = r.data.tags
         status = "running" if r.info.status == "RUNNING" else t.get("status", r.info.status.lower())
-        job = Job(t.get("stage", "?"), t.get("cell", "?"), status, t.get("error") or t.get("reason") or "",
+        restored = f"restored from the run cache: a new run for {t['restored_from']}" if t.get("restored_from") else ""
+        job = Job(t.get("stage", "?"), t.get("cell", "?"), status, t.get("error") or t.get("reason") or restored,
                   link=ui_url("", r.info.experiment_id, r.info.run_id), run_id=r.info.run_id,
                   experiment_id=r.info.experiment_id, run_status=r.info.status)  # fmt: skip
         rows.append(classify(job, (logs or {}).get((job.stage, job.cell), ""), commands or {}))
@@ -155,6 +167,8 @@ def close(uri: str, run_id: str, status: str, logs: dict | None = None, commands
     c = store.client(uri)
     run = store.retrying(c.get_run, run_id)
     rows = jobs_table(c, run_id, logs, commands)
+    events = read_cache_events(run_id)  # jobs the run cache restored (steps/core/runcache.py)
+    rows = sorted(rows + restored_jobs(events, {j.run_id for j in rows}), key=lambda j: (j.stage, j.cell))
     head = run.data.tags.get(NOTE, "").removesuffix(": running.")
     with tempfile.TemporaryDirectory(prefix="lab-jobs-") as tmp:
         for path in write_tables(rows, f"{run.info.run_name}: {len(rows)} jobs", Path(tmp)):
@@ -173,6 +187,12 @@ def close(uri: str, run_id: str, status: str, logs: dict | None = None, commands
         store.retrying(c.set_tag, run_id, NOTE, description(head, status, rows, run.info.experiment_id, run_id))
         store.retrying(c.set_terminated, run_id, status)
     where = ui_url(uri, run.info.experiment_id, run_id) if uri.startswith("http") else "`python -m steps.ui`"
+    for line in [e["line"] for e in events if e.get("event") == "corrupt" and e.get("line")]:
+        print(line, file=sys.stderr)
+    restored = sum(e.get("event") == "restored" for e in events)
+    if restored:
+        print(f"run cache: {restored} of {len(rows)} jobs restored, not recomputed (`--config cache=false`: none)",
+              file=sys.stderr)  # fmt: skip
     print(f"MLflow: {run.info.run_name} {status} ({summary(rows)}); see {where}", file=sys.stderr)
     return run.info.start_time / 1000 - 1
 

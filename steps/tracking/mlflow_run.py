@@ -50,6 +50,7 @@ class MlflowRun:
         self._latest: dict[str, float] = {}  # each metric's last value: the run's `view_order` (views.py)
         self.last_step = 0  # the highest step logged: a seed group's means go there (the run's latest value)
         self._system = None  # MLflow's SystemMetricsMonitor, for stages that train (about["system_metrics"])
+        self._sweep: dict[str, str] = {}  # a sweep cell's tags (start)
 
     def start(self, params: dict, common: dict, about: dict | None = None) -> None:
         """`about`: module (mlflow.source.name), description (the experiment's), note (the run's),
@@ -59,6 +60,8 @@ class MlflowRun:
         about = about or {}
         c = self._client = store.client(self.uri)
         self.experiment_id = store.experiment_id(c, self.stage, self.uri, about.get("description", ""))
+        # a sweep's cell (steps/config/sweep.py): `sweep`, `sweep_value`, `sweep_order` on it and its seeds' runs
+        self._sweep = {k: str(v) for k, v in (about.get("sweep") or {}).items()}
         if self.parent is None:  # a seed's run starts inside its cell's job: nothing stale to close
             self._close_stale_runs()
             self._save_view()
@@ -76,6 +79,7 @@ class MlflowRun:
             "host": platform.node(),
             "mlflow.runName": name,
             **({"seed_of": self.parent.run_id} if self.parent is not None else {}),
+            **self._sweep,
             "mlflow.source.name": about.get("module") or f"steps.{self.stage}",
             "mlflow.source.type": "JOB" if parent else "LOCAL",
             "mlflow.user": getpass.getuser(),
@@ -131,6 +135,13 @@ class MlflowRun:
             return
         with store.write_lock(self.uri):
             store.retrying(views.save, self._client, self.experiment_id, view, self.stage, only_if_missing=True)
+        if self._sweep:  # the sweep's own view: its runs by value (views.sweep_view)
+            key = self._sweep["sweep"]
+            with store.write_lock(self.uri):
+                store.retrying(
+                    views.save, self._client, self.experiment_id, views.sweep_view(self.stage, key),
+                    f"sweep {key}", key=views.sweep_key(key),
+                )  # fmt: skip
 
     def _log_params(self, run_id: str, values: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -163,7 +174,7 @@ class MlflowRun:
             return None
         from mlflow.entities import Metric
 
-        base = {"stage": self.stage, "cell": self.cell, "config_hash": self.config_hash, **self._source}
+        base = {"stage": self.stage, "cell": self.cell, "config_hash": self.config_hash, **self._source, **self._sweep}
         child_tags = {**base, **(tags or {}), "mlflow.parentRunId": self.run_id, "mlflow.runName": name}
         with store.write_lock(self.uri):
             child = store.retrying(self._client.create_run, self.experiment_id, tags=child_tags, run_name=name)

@@ -83,20 +83,36 @@ def lab_view() -> dict:
     return state(LAB_COLUMNS, "attributes.start_time", False)
 
 
-def current(exp) -> dict | None:
-    """The view state an experiment holds under the lab's key (None: none, or unreadable)."""
+def current(exp, key: str = VIEW_KEY) -> dict | None:
+    """The view state an experiment holds under `key` (the lab's; None: none, or unreadable)."""
     try:
-        return json.loads(json.loads(exp.tags[TAG_PREFIX + VIEW_KEY])["state"])
+        return json.loads(json.loads(exp.tags[TAG_PREFIX + key])["state"])
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def save(c, exp_id: str, view: dict, name: str, only_if_missing: bool = False) -> None:
-    """Write the view unless the experiment already holds the same (or any, `only_if_missing`)."""
-    old = current(c.get_experiment(exp_id))
+def save(c, exp_id: str, view: dict, name: str, only_if_missing: bool = False, key: str = VIEW_KEY) -> None:
+    """Write the view unless the experiment already holds the same (or any, `only_if_missing`) under `key`."""
+    old = current(c.get_experiment(exp_id), key)
     if old == view or (only_if_missing and old is not None):
         return
-    c.set_experiment_tag(exp_id, TAG_PREFIX + VIEW_KEY, envelope(name, view))
+    c.set_experiment_tag(exp_id, TAG_PREFIX + key, envelope(name, view))
+
+
+def sweep_key(sweep: str) -> str:
+    """The saved view of a sweep (`mcq_finetune.lr`): opened by `viewStateShareKey=<this>`."""
+    return f"{VIEW_KEY}-sweep-{sweep}"
+
+
+def sweep_view(stage: str, sweep: str) -> dict:
+    """A sweep's runs (steps/config/sweep.py: tagged `sweep=<key>`, their seeds' runs nested under
+    them) in value order, the value beside the stage's columns and its seed interval's ends."""
+    cols = stage_columns(stage)
+    head = headline_metric(stage)
+    extra = [column(f"metrics.{head[0]}{end}") for end in ("_low", "_high")] if head else []
+    chosen = [cols[0], "tags.`sweep_value`", *cols[1:3], *extra, "metrics.`seeds`", *cols[3:]]
+    view = state(list(dict.fromkeys(chosen)), "tags.`sweep_order`", True)
+    return {**view, "searchFilter": f"tags.sweep = '{sweep}'"}
 
 
 def differing_params(runs) -> list[str]:

@@ -77,9 +77,18 @@ def over_seeds(ctx: StageRun, p: Word2VecConfig, corpus: Corpus, first: dict, co
         "first_seed_words_per_s": first["words_per_s"],
     }
     for k in QUALITY:  # the cell's score: the mean over seeds with its 95 % interval (steps/core/seeds.py)
-        iv = interval(table[k].tolist())
+        scored = table[k].dropna().tolist()  # a score no seed could give (too few pairs in the vocabulary): NaN
+        if not scored:
+            out |= {k: float("nan"), f"first_seed_{k}": first[k]}
+            continue
+        iv = interval(scored)
         out |= {k: iv.mean, f"first_seed_{k}": first[k], f"{k}_sd": iv.sd, f"{k}_low": iv.low, f"{k}_high": iv.high}
     ctx.info["seed_sd"] = ", ".join(
-        f"{name} {out[f'{k}_sd']:.3f}" for name, k in zip(("analogy", "analogy (own)", "WS353", "SimLex"), QUALITY)
+        f"{name} {_or_nan(out.get(f'{k}_sd')):.3f}"
+        for name, k in zip(("analogy", "analogy (own)", "WS353", "SimLex"), QUALITY)
     )
     return out
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value

@@ -14,11 +14,21 @@ import os
 import shlex
 import subprocess
 
+from steps.core import runcache
+from steps.config.sweep import sweep_of, sweep_plan
 from steps.core.sources import source_hash
 from steps.tracking.outputs import BrokenStore, set_aside
 
-# Every stage rule runs its module the same way; outputs land beside its metrics.json.
-STAGE_SHELL = "python -m steps.{params.stage} {params.io} --cfg {params.cfg:q} > {log} 2>&1"
+# Every stage rule runs its module the same way; outputs land beside its metrics.json. The run cache
+# goes first (steps/core/runcache.py): it restores a job run before and exits 0, or exits 1 and the
+# job runs (and saves its entry when it ends ok or skipped).
+STAGE_SHELL = ("python -m steps.core.runcache {params.stage} {params.io} --cfg {params.cfg:q} > {log} 2>&1"
+               " || python -m steps.{params.stage} {params.io} --cfg {params.cfg:q} >> {log} 2>&1")
+
+# The run cache's folder (or "off") reaches the jobs in the environment, like the lab run's id: the
+# knobs `cache` and `cache_dir` are in no job's config (steps/config: RUN_CACHE_KEYS), so changing them
+# reruns no job. A folder relative to the workdir is made absolute.
+os.environ[runcache.ENV] = runcache.location(config)
 
 # The software every rule runs with (documents it; `--sdm conda` would build it from this file).
 LAB_ENV = str(ROOT / "environment.yml")
@@ -50,10 +60,12 @@ def stage_rules():
 
 def job_config(stage, wildcards):
     """The job's resolved cell config, plus the cell's own overrides of its stage's section (what
-    the cell is: its MLflow run's note, steps/tracking/describe.py)."""
+    the cell is: its MLflow run's note, steps/tracking/describe.py); a sweep's cell, its sweep (the run's
+    tags, steps/config/sweep.py: only there, so no other job's config changes)."""
     cell = getattr(wildcards, "cell", "main")
     overrides = (config.get(stage, {}).get("cells") or {}).get(cell) or {}
-    return json.dumps({**cell_config(config, stage, cell), "overrides": overrides}, sort_keys=True)
+    sweep = {"sweep": tags} if (tags := sweep_of(config, stage, cell)) else {}
+    return json.dumps({**cell_config(config, stage, cell), "overrides": overrides, **sweep}, sort_keys=True)
 
 
 def stage_io(input, output):
@@ -99,11 +111,13 @@ def set_aside_broken_results():
     """Before Snakemake plans: every selected job's metrics.json that cannot be trusted (unreadable,
     not JSON, no run id, or its run not in the local store) is moved aside with one line saying so,
     and so is the report built from it: Snakemake redoes the job, what consumes it, and the report
-    (steps/tracking/outputs.py)."""
+    (steps/tracking/outputs.py). A dry run (`-n`: the Snakefile is read before Snakemake knows its
+    executor, so the CLI's output settings tell) moves nothing and says what a real run would redo."""
     files = [expand(getattr(rules, r.name).output.metrics, cell=cell)[0] for r in stage_rules()
              for cell in (cells(config, r.name) if r.name != "report" else ["main"])]
+    dry_run = bool(getattr(workflow.output_settings, "dryrun", False)) or workflow.dryrun
     try:
-        lines = set_aside(files, config["tracking"].get("uri"), rules.report.output.index)
+        lines = set_aside(files, config["tracking"].get("uri"), rules.report.output.index, dry_run=dry_run)
     except (BrokenStore, OSError) as exc:
         raise WorkflowError(str(exc)) from None
     for line in lines:

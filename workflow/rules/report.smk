@@ -17,7 +17,9 @@ rule report:
             "stage": stage, "cell": "main",
             "common": cell_config(config, stage, "main")["common"],
             "params": {**config.get(stage, {}),
-                       "stages": [[r.name, cells(config, r.name)] for r in stage_rules() if r.name != "report"]}},
+                       "stages": [[r.name, cells(config, r.name)] for r in stage_rules() if r.name != "report"],
+                       # a sweep's cells by value (steps/config/sweep.py): its table and plot
+                       **({"sweeps": sweep_plan(config)} if config.get("sweep") else {})}},
             sort_keys=True)),
     log: "results/logs/report/main.log"
     benchmark: "results/benchmarks/report/main.tsv"
