@@ -26,7 +26,7 @@ import pandas as pd
 
 from steps.campaign.record import slug
 from steps.compare import CompareError, open_store
-from steps.config import config_hash
+from steps.config import RUN_CACHE_KEYS, config_hash
 from steps.core.cli import parser as cli_parser
 from steps.core.stage import presentation
 from steps.report.gather import headline_row
@@ -110,7 +110,9 @@ def run_facts(client, report_run_id: str) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 saved = Path(client.download_artifacts(lab_id, "config.json", tmp))
-                config = config_hash(json.loads(saved.read_text()))
+                # where the run cache was is not what the config computes: off, on or elsewhere, one hash
+                lab_config = json.loads(saved.read_text())
+                config = config_hash({k: v for k, v in lab_config.items() if k not in RUN_CACHE_KEYS})
             except Exception as exc:  # noqa: BLE001 - artifacts moved with the folder: say so, keep the rest
                 config = f"unknown (the lab run's config.json: {str(exc)[:120]})"
     m, note = machine_of(tags)

@@ -138,14 +138,54 @@ def test_a_source_edit_reruns_the_stages_that_import_it(finished, tmp_path):
     assert not rerun & {"word2vec", "prepare_corpus", "train_tokenizer", "prepare_mcq"}, rerun
 
 
+WOULD = "a real run moves it to metrics.json.broken and redoes its job"
+
+
+def would_redo(proc: subprocess.CompletedProcess) -> set[str]:
+    """The jobs ("<rule>/<cell>") whose metrics.json a dry run says a real run would move aside and redo."""
+    found = re.findall(rf"^results/(\S+)/metrics\.json: .*; {WOULD}", proc.stderr, flags=re.M)
+    return {"report/main" if job == "reports" else job for job in found}
+
+
+def files_of(workdir: Path) -> dict[Path, bytes]:
+    """Every file of a DAG's folder and its bytes, Snakemake's own `.snakemake/` left out."""
+    return {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file() and ".snakemake" not in p.parts}
+
+
+def set_aside_for_real(workdir: Path) -> subprocess.CompletedProcess:
+    """A real run that runs no job of a finished DAG (`--until prepare_corpus`: done): what it moves
+    aside, it moves as the Snakefile is read."""
+    return snakemake(workdir, "--until", "prepare_corpus", timeout=300)
+
+
+def test_a_dry_run_moves_nothing_and_says_what_a_real_run_redoes(tmp_path):
+    """`snakemake -n` changes no file: it names each metrics.json it cannot trust and says a real run
+    would move it aside and redo its job; the real run then does (issue 48)."""
+    metrics = tmp_path / "results" / "prepare_corpus" / "main" / "metrics.json"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text('{"run_id": "trunc')
+    before = files_of(tmp_path)
+    dry = snakemake(tmp_path, "-n", timeout=300)
+    assert "results/prepare_corpus/main/metrics.json: not valid JSON" in dry.stderr
+    assert would_redo(dry) == {"prepare_corpus/main"}, dry.stderr[-3000:]
+    assert files_of(tmp_path) == before  # nothing moved, nothing written
+    real = snakemake(tmp_path, "--until", "prepare_corpus", timeout=600)
+    assert "moved to metrics.json.broken, its job is redone" in real.stderr
+    assert (metrics.parent / "metrics.json.broken").read_text() == '{"run_id": "trunc'
+    assert re.search(r'"run_id": "\w+"', metrics.read_text())  # redone
+
+
 def test_a_truncated_metrics_json_is_moved_aside_and_redone(finished):
     metrics = finished / "results" / "word2vec" / "gensim" / "metrics.json"
     text = metrics.read_text()
     metrics.unlink()  # a new file: the session's DAG shares the old one's inode
     metrics.write_text(text[: len(text) // 2])
+    before = files_of(finished)
     proc = snakemake(finished, "-n", timeout=300)
     assert "results/word2vec/gensim/metrics.json: not valid JSON" in proc.stderr
-    assert set(planned(proc)) == {"word2vec/gensim", "report/main"}
+    assert would_redo(proc) == {"word2vec/gensim"} and files_of(finished) == before  # a dry run moves nothing
+    assert "moved to metrics.json.broken" in set_aside_for_real(finished).stderr
+    assert set(dry_run(finished)) == {"word2vec/gensim", "report/main"}
     assert (metrics.parent / "metrics.json.broken").read_text() == text[: len(text) // 2]
 
 
@@ -154,6 +194,8 @@ def test_a_metrics_json_without_its_run_is_redone(finished):
     text = re.sub(r'"run_id": "\w+"', '"run_id": null', metrics.read_text())
     metrics.unlink()
     metrics.write_text(text)
+    assert would_redo(snakemake(finished, "-n", timeout=300)) == {"prepare_mcq/main"}
+    set_aside_for_real(finished)
     jobs = dry_run(finished)
     assert "prepare_mcq/main" in jobs and "mcq_finetune/finetuned_context" in jobs
     assert not {j for j in jobs if j.startswith(("word2vec/", "sharding/", "scale/"))}
@@ -161,9 +203,10 @@ def test_a_metrics_json_without_its_run_is_redone(finished):
 
 def test_a_deleted_store_redoes_every_job(finished):
     (finished / "results" / "mlflow.db").unlink()
+    before = files_of(finished)
     proc = snakemake(finished, "-n", timeout=300)
     assert "is not in the store" in proc.stderr
-    assert set(planned(proc)) == every_job()
+    assert would_redo(proc) == every_job() and files_of(finished) == before
 
 
 def test_the_report_names_an_unreadable_record_in_one_line(tmp_path):

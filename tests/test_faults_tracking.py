@@ -49,26 +49,72 @@ if __name__ == "__main__":
     STAGE.main()
 '''
 
+# A stage that starts and steps as a big one does: `import steps` first, as `python -m steps.<stage>`
+# does; then a slow import (torch's, transformers' and datasets' take ~15 s on a loaded 2-core host: a
+# sleep of SLOW_IMPORT_S here, the file `importing` marking it); then each tick is one long computation
+# in C that handles no signal until it returns (a training step's: PBKDF2 here), until `go` appears.
+SLOW_JOB = '''"""A test stage: a slow import, then ticks of one long computation in C each."""
+import steps  # noqa: F401
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+Path("importing").touch()
+time.sleep(float(os.environ.get("SLOW_IMPORT_S", "0")))
+
+from steps.core.stage import Presentation, Stage  # noqa: E402
+
+
+def run(ctx):
+    i = 0
+    while not Path("go").exists():
+        ctx.log_metrics({"tick": i}, step=i)
+        ctx.flush()
+        (ctx.out / "started").touch()
+        hashlib.pbkdf2_hmac("sha256", b"key", b"salt", ctx.params["iterations"])
+        i += 1
+    return {"ticks": i}
+
+
+STAGE = Stage.of(__spec__.name, run, Presentation())
+
+if __name__ == "__main__":
+    STAGE.main()
+'''
+
 SNAKEFILE = """rule ticker:
     output: "results/ticker/main/metrics.json"
     log: "ticker.log"
     params: cfg=CFG
-    shell: "python -m ticker --output metrics={output} --cfg {params.cfg:q} > {log} 2>&1"
+    shell: "ENV python -m MODULE --output metrics={output} --cfg {params.cfg:q} > {log} 2>&1THEN"
 """
 
 
-def ticker_workflow(work: Path, seconds: float, uri: str | None = None) -> list[str]:
-    """A one-job workflow in `work` running the ticker stage; returns its snakemake command. The
-    job's command line names `work` (its config's `tag`), so its processes can be found."""
+def ticker_workflow(
+    work: Path,
+    seconds: float,
+    uri: str | None = None,
+    module: str = "ticker",
+    env: str = "",
+    then: str = "",
+    **params,
+) -> list[str]:
+    """A one-job workflow in `work` running the ticker stage (or `module`: slowjob, SLOW_JOB, with
+    `env` before its command, `then` after it in the shell line, and `params`); returns its snakemake
+    command. The job's command line names `work` (its config's `tag`), so its processes can be found."""
     work.mkdir(parents=True, exist_ok=True)
-    (work / "ticker.py").write_text(TICKER)
+    (work / f"{module}.py").write_text({"ticker": TICKER, "slowjob": SLOW_JOB}[module])
     cfg = {
         "stage": "ticker",
         "cell": "main",
-        "params": {"seconds": seconds, "tag": str(work)},
+        "params": {"seconds": seconds, "tag": str(work), **params},
         "common": {"seed": 0, "device": "cpu", "threads": 1, "tracking": {"uri": uri}},
     }
-    (work / "Snakefile").write_text(SNAKEFILE.replace("CFG", repr(json.dumps(cfg))))
+    text = SNAKEFILE.replace("CFG", repr(json.dumps(cfg))).replace("MODULE", module).replace("THEN", then)
+    text = text.replace("ENV ", env and f"{env} ")
+    (work / "Snakefile").write_text(text)
     return [sys.executable, "-m", "snakemake", "-s", str(work / "Snakefile"), "--directory", str(work), "--cores", "1"]
 
 
@@ -206,10 +252,11 @@ def test_job_dies_with_a_killed_snakemake_and_a_rerun_recovers(tmp_path):
     dag.send_signal(signal.SIGKILL)
     dag.wait()
     gone = wait_for(lambda: not [p for p in processes_naming(work) if p in job], "the job gone", 30)
-    assert gone < 10
+    assert gone < 5
     failed = json.loads((work / "results/ticker/main/failed.json").read_text())
-    assert failed["error"] == "SystemExit: killed by signal 15"
-    assert "snakemake (pid" in (work / "ticker.log").read_text()
+    assert failed["error"] == f"killed: snakemake (pid {dag.pid}) is gone"
+    assert f"snakemake (pid {dag.pid}) is gone" in (work / "ticker.log").read_text()
+    assert not (work / "results/ticker/main/metrics.json").exists()
 
     (work / "go").touch()  # the rerun's job ends at once
     subprocess.run([*cmd, "--unlock"], env=clean_env(), capture_output=True, timeout=300, check=True)
@@ -217,6 +264,52 @@ def test_job_dies_with_a_killed_snakemake_and_a_rerun_recovers(tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     rec = json.loads((work / "results/ticker/main/metrics.json").read_text())
     assert rec["status"] == "ok" and not (work / "results/ticker/main/failed.json").exists()
+
+
+def run_status(work: Path, run_id: str) -> str:
+    """The MLflow status of `run_id` in the workflow's local store."""
+    return store.client(f"sqlite:///{work / 'results' / 'mlflow.db'}").get_run(run_id).info.status
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["mid_step", "mid_import"])
+def test_a_killed_snakemake_stops_its_job_within_5_s(tmp_path, when):
+    """kill -9 of snakemake while its job computes a step in C (no signal handled for ~30 s, as a
+    training step's matmuls) or while it still imports its libraries (before its own code runs): the
+    job, its shell and its computation are gone within 5 s, its MLflow run (if it had one) ends FAILED
+    from the lifeline without waiting for the step, it writes no metrics.json, and its shell runs
+    nothing after it (the project's line is `runcache || job`)."""
+    work = tmp_path / "work"
+    slow_import = "SLOW_IMPORT_S=60" if when == "mid_import" else ""
+    then = " || touch after_the_job"
+    cmd = ticker_workflow(work, 600, module="slowjob", env=slow_import, then=then, iterations=40_000_000)
+    dag = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        marker = work / ("importing" if when == "mid_import" else "results/ticker/main/started")
+        wait_for(marker.exists, f"the job {when.replace('_', ' ')}", 180)
+        time.sleep(1)
+        job = [p for p in processes_naming(work) if p != str(dag.pid)]
+        assert job, "the job's processes were not found by their command line"
+        dag.send_signal(signal.SIGKILL)
+        dag.wait()
+        t0 = time.time()
+        wait_for(lambda: not [p for p in processes_naming(work) if p in job], "the job gone", 120)
+        gone = time.time() - t0
+    finally:
+        if dag.poll() is None:
+            dag.kill()
+        (work / "go").touch()  # a job that outlived its snakemake stops at its next tick
+    print(f"{when}: the job was gone {gone:.1f} s after snakemake's SIGKILL")
+    assert gone < 5, f"{when}: the job ran on for {gone:.1f} s after its snakemake was killed"
+    out = work / "results/ticker/main"
+    time.sleep(1)
+    assert not (out / "metrics.json").exists() and not (work / "after_the_job").exists()
+    log = (work / "ticker.log").read_text()
+    assert f"snakemake (pid {dag.pid}) is gone" in log
+    if when == "mid_step":  # it had its run: FAILED, and failed.json says why
+        failed = json.loads((out / "failed.json").read_text())
+        assert failed["error"] == f"killed: snakemake (pid {dag.pid}) is gone"
+        assert run_status(work, failed["run_id"]) == "FAILED"
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
 import steps.minitorch as mt
 from steps.minitorch import autodiff
+from steps.minitorch.models import DecoderLM, shifted_targets
 from steps.minitorch.parity import OPS, check_op, op_parity, sample
 from steps.minitorch.tensor_data import (
     IndexingError,
@@ -156,6 +157,30 @@ def test_softmax_loss_and_one_hot():
     np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-12)
     with pytest.raises(ValueError, match=r"\[0, 5\)"):
         mt.one_hot([7], 5)
+
+
+def test_ids_and_indices_take_the_labs_own_tensors():
+    """Class ids, token ids and dimensions given as miniTorch tensors work as NumPy arrays do; what
+    cannot be an id fails with one line naming the argument."""
+    rng = np.random.default_rng(4)
+    logits, targets = mt.tensor(rng.normal(size=(6, 5))), rng.integers(0, 5, 6)
+    expected = mt.softmax_loss(logits, targets).to_numpy()
+    np.testing.assert_array_equal(mt.softmax_loss(logits, mt.tensor(targets)).to_numpy(), expected)
+    np.testing.assert_array_equal(mt.softmax_loss(logits, torch.tensor(targets)).to_numpy(), expected)
+    np.testing.assert_array_equal(mt.one_hot(mt.tensor([2, 0]), 3).to_numpy(), np.eye(3)[[2, 0]])
+    emb, ids = mt.Embedding(7, 3), rng.integers(0, 7, (2, 4))
+    np.testing.assert_array_equal(emb(mt.tensor(ids)).to_numpy(), emb(ids).to_numpy())
+    np.testing.assert_array_equal(logits.sum(mt.tensor(1)).to_numpy(), logits.sum(1).to_numpy())
+    np.testing.assert_array_equal(logits.permute(mt.tensor(1), 0).to_numpy(), logits.permute(1, 0).to_numpy())
+    lm, idx = DecoderLM(11, 8, 1, 2, 4), rng.integers(0, 11, (2, 5))
+    as_tensors = lm.loss(mt.tensor(idx), shifted_targets(mt.tensor(idx))).item()
+    assert as_tensors == lm.loss(idx, shifted_targets(idx)).item()
+    for bad, why in ((mt.tensor([1.5, 2.0]), "whole numbers"), ("a", "integer"), ([mt.tensor(1)], "integer")):
+        with pytest.raises((TypeError, ValueError), match=f"^softmax_loss: targets: .*{why}") as err:
+            mt.softmax_loss(mt.tensor(rng.normal(size=(2, 5))), bad)
+        assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match=r"^sum: dim: one integer, got shape \(2,\)"):
+        logits.sum(mt.tensor([0, 1]))
 
 
 # ---- modules and optimizers -----------------------------------------------------------------------

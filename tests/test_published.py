@@ -4,15 +4,17 @@ number in a results section outside a block occurs in a record that section cite
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from steps.paired import MIN_PAIRS
 from steps.record import main
-from steps.record_blocks import gpt_fast_span, target_verdict, torch_columns
+from steps.record_blocks import BLOCKS, FLOOR, gpt_fast_span, target_verdict, torch_columns, vs_reference
 from steps.record_publish import PublishError, pages, publish, render_page, results_sections, unbacked
-from steps.record_read import NOT_RECORDED, host_kind, latest_per_host_kind, read_record, read_records
+from steps.record_read import NOT_RECORDED, Record, host_kind, latest_per_host_kind, read_record, read_records
 from steps.tracking.provenance import cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,3 +169,125 @@ def test_the_span_over_records_judges_each_by_its_interval(repo):
     (records / "2027-11-28-amd-epyc-2c-bbbbbbb.md").write_text(text)
     after = gpt_fast_span(read_records(records))
     assert "met in 1" in after and "0.3×" in after and after.count("bbbbbbb") == 1
+
+
+def a_record(**tables: list[dict[str, str]]) -> Record:
+    """A record of one host kind holding `tables` (section -> rows of {column: text}), as read back."""
+    name = "2027-01-01-test-host-2c-ccccccc.md"
+    return Record(
+        Path(name), "2027-01-01", "ccccccc", "Test host, 2 cores", "Test host, 2 cores; CPU flags avx2", tables=tables
+    )
+
+
+def row_of(block: str, label: str) -> list[str]:
+    """The value cells of the block's table row labelled `label` (one per host kind)."""
+    line = next(ln for ln in block.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split(" | ")][1:]
+
+
+def test_the_reference_target_is_judged_by_its_interval():
+    """gpt_fast × the reference backend against its ≥ 20× target: met only when the whole 95 %
+    interval reaches it, missed when it all falls short; a record that keeps no interval says so and
+    claims nothing (a point estimate of a few pairs is no verdict)."""
+
+    def judged(**columns: str) -> str:
+        gpt_fast = {"cell": "gpt_fast", "× reference": "33.79", **columns}
+        return vs_reference(a_record(minitorch=[gpt_fast]))
+
+    interval = {"× reference low": "25.1", "× reference high": "45.2", "× reference pairs": "20"}
+    assert judged(**interval) == "33.79× [25.1, 45.2] (20 pairs): target met"
+    spans = judged(**{**interval, "× reference low": "15", "× reference pairs": "2"})
+    assert (
+        spans
+        == "33.79× [15, 45.2] (2 pairs, below the floor of 20): target not decided (the interval spans the target)"
+    )
+    assert judged(**{**interval, "× reference low": "12", "× reference high": "19.5"}).endswith(": target missed")
+    alone = judged()
+    assert alone == "33.79× (pair count not recorded): target not judged (the record keeps no interval)"
+    # the published block says the same of each record it shows
+    block = BLOCKS["minitorch"](read_records(RECORDS), lambda r: r.name)
+    shown = latest_per_host_kind(read_records(RECORDS), lambda r: "minitorch" in r.tables)
+    cells = row_of(block, "gpt_fast × the reference backend, 95 % interval (target ≥ 20×)")
+    for r, cell in zip(shown, cells, strict=True):
+        kept = r.value("minitorch", "gpt_fast", ("× reference low",))
+        assert ("target met" in cell) <= bool(kept) and ("not judged" in cell) == (not kept and cell != "n/a"), cell
+
+
+# the published rows that are timed ratios (interleaved pairs): each must say its pair count
+RATIO_ROWS = {
+    "headline": [
+        "word2vec per pair (word2vec.c's sampling, as gensim) vs gensim, "
+        "words/s, 1 thread each, interleaved, 95 % interval",
+        "word2vec shared negatives (one draw per window: fewer samples than gensim)",
+        "perf: best cell vs the fp32 eager baseline, 95 % interval above 1",
+        "miniTorch fast backend vs torch eager, GPT step (target within 4×: ≥ 0.25×)",
+        "inference: KV-cache decode × uncached at the longest context, interleaved",
+    ],
+    "minitorch": [
+        "gpt_fast × torch eager, 95 % interval (target within 4×: ≥ 0.25×)",
+        "gpt_fast × the reference backend, 95 % interval (target ≥ 20×)",
+        "gpt_reference × torch eager (the definition, not a speed)",
+        "ops_fast matmul × torch, 95 % interval",
+    ],
+    "inference": [
+        "kv_cache: cached × uncached decode tokens/s there, interleaved, 95 % interval",
+        "attention: MQA decode tokens/s × MHA's at the longest context, 95 % interval",
+        "vs_hf: ours × HF decode tokens/s (each library's generate), 95 % interval",
+    ],
+    "word2vec": [f"{c}: × gensim words/s, 95 % interval" for c in ("sgd_perpair", "sgd", "sparseadam", "adagrad")],
+}
+PAIRS = re.compile(r"\b(\d+) pairs\b")
+
+
+def pair_count_stated(cell: str) -> bool:
+    """A ratio's cell names its pairs ("20 pairs", "10 pairs, below the floor of 20") or says the
+    record has no count; n/a where the record has no such ratio."""
+    if cell == "n/a":
+        return True
+    counts = [int(n) for n in PAIRS.findall(cell)]
+    if not counts:
+        return "pair count not recorded" in cell
+    return all(n >= FLOOR or f"{n} pairs, below the floor of {FLOOR}" in cell for n in counts)
+
+
+def test_every_published_ratio_states_its_pair_count():
+    """Every published timed ratio meets the lab's floor of 20 pairs (steps/paired.py MIN_PAIRS) or
+    says its count and "below the floor"; a record without the count says so."""
+    assert FLOOR == MIN_PAIRS
+    kv = {"cell": "kv_cache", "cache speed-up": "10.68", "speed-up low": "8.726", "speed-up high": "13.07"}
+    gpt = {"cell": "gpt_fast", "× torch eager": "0.282", "× torch low": "0.2576", "× torch high": "0.3087"}
+    best = "best speedup over the fp32 eager baseline (interleaved, 95 % interval): 1.907 [1.825, 1.992] (stacked_bf16)"
+    head = [
+        {"stage": "perf", "key number": best},
+        {"stage": "inference", "key number": "KV-cache decode speed-up: 10.68 [8.726, 13.07] (kv_cache)"},
+    ]
+    w2v = {"cell": "sgd", "× gensim 95 % interval": "1.86x [1.75, 1.97] (12 pairs, faster): ours vs gensim"}
+    record = a_record(
+        Headline=head,
+        inference=[{**kv, "speed-up pairs": "10"}],
+        minitorch=[{**gpt, "× torch pairs": "20"}],
+        perf=[{"cell": "stacked_bf16", "pairs": "20"}],
+        word2vec=[w2v],
+    )
+    block = BLOCKS["headline"]([record], lambda r: r.name)
+    assert row_of(block, RATIO_ROWS["headline"][4]) == [
+        "10.68 [8.726, 13.07] (kv_cache, 10 pairs, below the floor of 20)"
+    ]
+    assert row_of(block, RATIO_ROWS["headline"][3]) == ["0.282× [0.2576, 0.3087] (20 pairs): target met"]
+    assert row_of(block, RATIO_ROWS["headline"][2]) == ["1.907 [1.825, 1.992] (stacked_bf16, 20 pairs)"]
+    assert row_of(block, RATIO_ROWS["headline"][1]) == ["1.86x [1.75, 1.97] (12 pairs, below the floor of 20, faster)"]
+    older = a_record(Headline=head, inference=[kv], minitorch=[gpt])  # written before the counts were kept
+    block = BLOCKS["headline"]([older], lambda r: r.name)
+    assert row_of(block, RATIO_ROWS["headline"][4]) == ["10.68 [8.726, 13.07] (kv_cache, pair count not recorded)"]
+    assert row_of(block, RATIO_ROWS["headline"][3]) == ["0.282× [0.2576, 0.3087] (pair count not recorded): target met"]
+    # and every block as published from the records
+    records = read_records(RECORDS)
+    for name, labels in RATIO_ROWS.items():
+        block = BLOCKS[name](records, lambda r: r.name)
+        for label in labels:
+            cells = row_of(block, label)
+            assert all(pair_count_stated(c) for c in cells), (name, label, cells)
+    span = gpt_fast_span(records).split("pairs per record: ", 1)[1]
+    assert pair_count_stated(span.split(";")[0])
+    tens = gpt_fast_span([a_record(minitorch=[{**gpt, "× torch pairs": "10"}])])
+    assert "pairs per record: 10 pairs, below the floor of 20 (1);" in tens

@@ -17,6 +17,7 @@ from steps.config import ConfigError
 from steps.core.cli import parse_args
 from steps.core.errors import InputError, SkipCell
 from steps.core.run import StageRun
+from steps.core.runcache import JobCache
 from steps.core.seeds import METHOD, aggregate
 from steps.tracking.describe import cell_note, stage_description
 from steps.tracking.mlflow_run import MlflowRun
@@ -57,6 +58,17 @@ def _end_failed(ctx: StageRun, message: str) -> str | None:
             raise
         return lost
     return None
+
+
+def _killed(ctx: StageRun, record: dict, failed_file: Path, why: str) -> None:
+    """The job's ending when its snakemake is gone (steps/lifeline.py runs it from its own thread, the
+    main one may be deep in a step): failed.json says why, then the run ends FAILED."""
+    message = f"killed: {why}"
+    _write_json(
+        failed_file,
+        {**record, "status": "failed", "run_id": ctx.run_id, "experiment_id": ctx.experiment_id, "error": message},
+    )
+    _end_failed(ctx, message)
 
 
 def seed_count(stage, params: dict) -> int:
@@ -132,6 +144,8 @@ def run_job(stage, argv: list[str] | None = None) -> None:
     lifeline.die_with_snakemake()  # a job never outlives the snakemake that started it
     name = stage.name
     args = parse_args(f"python -m {stage.module}", argv)
+    # the run cache's key, before the job runs: its code and inputs as they are now (steps/core/runcache.py)
+    cached = JobCache.of(name, args.cfg, args.inputs, args.outputs) if args.mlflow else None
     common, params = args.cfg.get("common", {}), args.cfg.get("params", {})
     cell = args.cfg.get("cell", "main")
     about = {
@@ -140,6 +154,7 @@ def run_job(stage, argv: list[str] | None = None) -> None:
         "note": cell_note(name, cell, args.cfg.get("overrides"), params),
         "params_shown": stage.params_used(params) if stage.params_used else params,
         "system_metrics": stage.system_metrics,
+        "sweep": args.cfg.get("sweep"),  # a sweep's cell: its runs' tags (steps/config/sweep.py)
     }
     uri = (common.get("tracking") or {}).get("uri")
 
@@ -161,6 +176,7 @@ def run_job(stage, argv: list[str] | None = None) -> None:
     failed_file = metrics_file.with_name("failed.json")
     t0 = time.time()
     record = {"stage": name, "cell": ctx.cell, "config_hash": ctx.config_hash, "tracking_uri": ctx.uri}
+    lifeline.on_death(lambda why: _killed(ctx, record, failed_file, why))  # snakemake gone: end now, no metrics.json
     try:
         ctx.start()
         ctx.seed_everything()
@@ -210,5 +226,8 @@ def run_job(stage, argv: list[str] | None = None) -> None:
             print(f"{name}[{ctx.cell}]: {lost}", file=sys.stderr)
         sys.exit(1)
     failed_file.unlink(missing_ok=True)
-    _write_json(metrics_file, record)
+    with lifeline.finishing():  # never once snakemake is gone: the lifeline ends the job instead
+        _write_json(metrics_file, record)
     print(f"{name}[{ctx.cell}] {record['status']}: run {ctx.run_id} -> {metrics_file}", file=sys.stderr)
+    if cached is not None:  # ok or skipped: kept for the next time this job comes (never fails it)
+        cached.save(record)

@@ -112,6 +112,7 @@ def kv_cache(ctx, p, device) -> dict:
         "cache_speedup": float(last["cache speed-up"]),
         "cache_speedup_low": float(last["cache speed-up_low"]),
         "cache_speedup_high": float(last["cache speed-up_high"]),
+        "cache_speedup_pairs": int(last["cache speed-up_pairs"]),
         "longest_context": int(last["context"]),
         "cached_tokens_per_s": float(last["cached tokens/s"]),
         "uncached_tokens_per_s": float(last["uncached tokens/s"]),

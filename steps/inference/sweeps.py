@@ -67,6 +67,7 @@ def attention(ctx, p, device) -> dict:
         "mqa_decode_vs_mha": float(mqa["× MHA"]),
         "mqa_decode_vs_mha_low": float(mqa["× MHA_low"]),
         "mqa_decode_vs_mha_high": float(mqa["× MHA_high"]),
+        "mqa_decode_vs_mha_pairs": int(mqa["× MHA_pairs"]),
         "cache_bytes_match": float((df["cache bytes/token (measured)"] == df["cache bytes/token (formula)"]).all()),
         "max_batch_match": float((df["max batch (measured)"] == df["max batch (predicted)"]).all()),
     }

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import nn
 from .module import Dropout, Embedding, LayerNorm1d, Linear, Module, ModuleList
-from .tensor import Tensor, tensor
+from .tensor import Tensor, as_ids, tensor
 
 
 class Classifier(Module):
@@ -140,8 +140,8 @@ class DecoderLM(Module):
         return ours
 
     def forward(self, idx) -> Tensor:
-        """(B, T) token ids -> (B, T, V) logits."""
-        idx = np.asarray(idx, dtype=np.int64)
+        """(B, T) token ids (a Tensor, an array, lists) -> (B, T, V) logits."""
+        idx = as_ids(idx, "DecoderLM.forward: idx")
         B, T = idx.shape
         if T > self.block_size:
             raise ValueError(f"sequence of {T} tokens is longer than block_size {self.block_size}")
@@ -158,7 +158,7 @@ class DecoderLM(Module):
     def loss(self, idx, targets) -> Tensor:
         """Mean cross-entropy of the (B, T) targets; positions whose target is -100 are ignored."""
         logits = self.forward(idx)
-        targets = np.asarray(targets, dtype=np.int64).reshape(-1)
+        targets = as_ids(targets, "DecoderLM.loss: targets").reshape(-1)
         keep = targets != -100
         per_token = nn.softmax_loss(logits.view(targets.size, -1), np.where(keep, targets, 0))  # (B·T,)
         return (per_token * tensor(keep.astype(np.float64), backend=logits.backend)).sum() * (1.0 / keep.sum())
@@ -166,7 +166,7 @@ class DecoderLM(Module):
 
 def shifted_targets(idx) -> np.ndarray:
     """HF's causal-LM convention on labels = input ids: position t predicts t+1, the last is ignored."""
-    idx = np.asarray(idx, dtype=np.int64)
+    idx = as_ids(idx, "shifted_targets: idx")
     return np.concatenate([idx[:, 1:], np.full((idx.shape[0], 1), -100)], axis=1)
 
 

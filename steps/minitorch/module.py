@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from . import nn
-from .tensor import Tensor, tensor
+from .tensor import Tensor, as_ids, as_index, tensor
 
 
 class Parameter:
@@ -84,7 +84,7 @@ class ModuleList(Module):
         return iter(self._modules.values())
 
     def __getitem__(self, i):
-        return self._modules[str(i)]
+        return self._modules[str(as_index(i, "ModuleList: index") if isinstance(i, Tensor) else i)]
 
     def __len__(self):
         return len(self._modules)
@@ -123,7 +123,7 @@ class Embedding(Module):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
 
     def forward(self, ids) -> Tensor:
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = as_ids(ids, "Embedding: ids")
         onehot = nn.one_hot(ids.reshape(-1), self.num_embeddings, self.weights.value.backend)  # (N, V)
         return (onehot @ self.weights.value).view(*ids.shape, self.embedding_dim)  # (N, V) @ (V, d)
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .tensor import Tensor, tensor
+from .tensor import Tensor, as_ids, tensor
 
 
 def logsumexp(x: Tensor, dim: int) -> Tensor:
@@ -24,8 +24,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 
 def one_hot(indices, num_classes: int, backend="reference") -> Tensor:
-    """(N,) integer classes -> (N, num_classes) constant of 0/1."""
-    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    """(N,) integer classes (a Tensor, an array, a list) -> (N, num_classes) constant of 0/1."""
+    indices = as_ids(indices, "one_hot: indices").reshape(-1)
     if indices.size and (indices.min() < 0 or indices.max() >= num_classes):
         raise ValueError(f"one_hot: class ids must lie in [0, {num_classes}), got {indices.min()}..{indices.max()}")
     out = np.zeros((indices.size, num_classes))
@@ -34,8 +34,12 @@ def one_hot(indices, num_classes: int, backend="reference") -> Tensor:
 
 
 def softmax_loss(logits: Tensor, targets) -> Tensor:
-    """Per-row cross-entropy: (N, C) logits, (N,) class ids -> (N,) = logsumexp - logit of the target."""
+    """Per-row cross-entropy: (N, C) logits, (N,) class ids (a Tensor, an array, a list) -> (N,) =
+    logsumexp - logit of the target."""
     n, c = logits.shape
+    targets = as_ids(targets, "softmax_loss: targets").reshape(-1)
+    if targets.size != n:
+        raise ValueError(f"softmax_loss: targets: {targets.size} class ids for {n} rows of logits")
     picked = (logits * one_hot(targets, c, logits.backend)).sum(1)  # (N,)
     return logsumexp(logits, 1) - picked
 

@@ -167,7 +167,8 @@ class Tensor:
         return F.Inv.apply(self)
 
     # ---- reductions (dim=None: over every element, a 0-d result) -------------------------------
-    def _dim(self, dim: int) -> int:
+    def _dim(self, dim: int, op: str) -> int:
+        dim = as_index(dim, f"{op}: dim")
         if not -self.dims <= dim < self.dims:
             raise IndexingError(f"dimension {dim} out of range for a {self.dims}-dimensional tensor")
         return dim % self.dims
@@ -175,16 +176,18 @@ class Tensor:
     def sum(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
             return F.Sum.apply(self.contiguous().view(self.size), dim=0).view()
-        out = F.Sum.apply(self, dim=self._dim(dim))
-        return out if keepdim else out._squeeze(self._dim(dim))
+        dim = self._dim(dim, "sum")
+        out = F.Sum.apply(self, dim=dim)
+        return out if keepdim else out._squeeze(dim)
 
     def mean(self, dim: int | None = None, keepdim: bool = False):
-        count = self.size if dim is None else self.shape[self._dim(dim)]
+        count = self.size if dim is None else self.shape[self._dim(dim, "mean")]
         return self.sum(dim, keepdim) * (1.0 / count)
 
     def max(self, dim: int, keepdim: bool = False):
-        out = F.Max.apply(self, dim=self._dim(dim))
-        return out if keepdim else out._squeeze(self._dim(dim))
+        dim = self._dim(dim, "max")
+        out = F.Max.apply(self, dim=dim)
+        return out if keepdim else out._squeeze(dim)
 
     def _squeeze(self, dim: int):
         return self.view(*(s for k, s in enumerate(self.shape) if k != dim))
@@ -193,21 +196,56 @@ class Tensor:
     def view(self, *shape: int):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        shape = tuple(as_index(s, "view: shape") for s in shape)
         if -1 in shape:
             known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
             shape = tuple(self.size // max(known, 1) if s == -1 else s for s in shape)
         return F.View.apply(self, shape=tuple(shape))
 
     def permute(self, *order: int):
-        return F.Permute.apply(self, order=tuple(o % self.dims for o in order))
+        return F.Permute.apply(self, order=tuple(as_index(o, "permute: order") % self.dims for o in order))
 
     def transpose(self, d0: int = -2, d1: int = -1):
         order = list(range(self.dims))
+        d0, d1 = as_index(d0, "transpose: d0"), as_index(d1, "transpose: d1")
         order[d0], order[d1] = order[d1], order[d0]
         return self.permute(*order)
 
     def contiguous(self):
         return self if self.data.is_contiguous() else F.Copy.apply(self)
+
+
+IDS = "integer ids (a miniTorch Tensor, a NumPy array or torch tensor, a list or a number)"
+
+
+def as_ids(value, what: str) -> np.ndarray:
+    """Whole-number ids (class ids, token ids, positions) as an int64 array, taken from a miniTorch
+    Tensor as from a NumPy array, a torch tensor, nested lists or a number. `what` names the argument
+    ("softmax_loss: targets"): anything else fails with one line that starts with it."""
+    if isinstance(value, Tensor):
+        value = value.to_numpy()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged lists, an object NumPy cannot hold
+        raise TypeError(f"{what}: expected {IDS}, got {type(value).__name__} ({exc})") from None
+    if array.dtype.kind not in "biuf":
+        held = f" of {type(array.flat[0]).__name__}" if array.dtype == object and array.size else ""
+        raise TypeError(f"{what}: expected {IDS}, got {type(value).__name__}{held}")
+    if array.dtype.kind == "f":
+        bad = array[~(np.isfinite(array) & (array == np.round(array)))]
+        if bad.size:
+            raise ValueError(f"{what}: ids must be whole numbers, got {bad.flat[0]!r}")
+    return array.astype(np.int64)
+
+
+def as_index(value, what: str) -> int:
+    """One integer (a dimension, a size, a position): an int as it is, else as_ids of one element."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    ids = as_ids(value, what)
+    if ids.size != 1:
+        raise TypeError(f"{what}: one integer, got shape {ids.shape}")
+    return int(ids.reshape(-1)[0])
 
 
 def _backend(backend) -> TensorBackend:

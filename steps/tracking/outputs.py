@@ -4,7 +4,8 @@ run is not in the store (the store was deleted or replaced under finished result
 only that the file exists and is newer than its inputs, so it would keep it, and the report would
 show its numbers with links to nothing. Each such file is moved aside to `metrics.json.broken`
 (its bytes kept) with one line saying why, so Snakemake finds the output missing and redoes the job
-and what consumes it.
+and what consumes it. A dry run (`snakemake -n`) changes nothing: its lines say what a real run would
+move aside and redo.
 
 Cheap, so every plan can afford it: the files are small, and a local SQLite store's run ids are read
 with sqlite3 directly (one query, read-only, no MLflow import). Any other store (an HTTP server, a
@@ -77,20 +78,27 @@ def move_aside(path: Path, why: str) -> str:
     return f"{path}: {why}; moved to {aside.name}, its job is redone"
 
 
-def set_aside(metrics_files: list[str], configured_uri: str | None, final: str) -> list[str]:
+def would_move(path: Path, why: str) -> str:
+    """A dry run's line for `path`: what a real run would do with it (nothing is moved)."""
+    return f"{path}: {why}; a real run moves it to {path.name + SUFFIX} and redoes its job (a dry run moves nothing)"
+
+
+def set_aside(metrics_files: list[str], configured_uri: str | None, final: str, dry_run: bool = False) -> list[str]:
     """Move every untrustworthy metrics.json among `metrics_files` to `<name>.broken`, one line per
     file (what was wrong, where it went). Snakemake reruns a job whose output is missing only when a
     job that needs it runs, so `final` (the report's index, the DAG's target, built from those
     results) goes aside too: the report reruns, and with it every job whose metrics.json it lacks.
-    Raises BrokenStore when the local store cannot be read, OSError naming a file that cannot move."""
+    `dry_run`: move nothing, and say what a real run would move and redo. Raises BrokenStore when the
+    local store cannot be read, OSError naming a file that cannot move."""
     uri = tracking_uri(configured_uri)
     runs = store_runs(uri)
     store = uri.removeprefix("sqlite:///")
+    aside = would_move if dry_run else move_aside
     lines = []
     for name in metrics_files:
         why = problem(Path(name), runs, store)
         if why is not None:
-            lines.append(move_aside(Path(name), why))
+            lines.append(aside(Path(name), why))
     if lines and Path(final).exists():
-        lines.append(move_aside(Path(final), "built from the results above"))
+        lines.append(aside(Path(final), "built from the results above"))
     return lines
