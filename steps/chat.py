@@ -2,9 +2,10 @@
 
     python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt --prompt "ROMEO:"
     python -m steps.chat --checkpoint results/gpt_train/main/ckpt.pt          # interactive
-Options pick the decoder: greedy (default --temperature 0), sampling (--temperature/--top-k/
---top-p), or beam search (--beams N). Whitespace the terminal would hide is shown (⏎ newline,
-· space, → tab, ∅ nothing): a small model often emits only that.
+Options pick the decoder: sampling as nanoGPT's sample.py does (default: --temperature 0.8 --top-k 200,
+seeded by --seed, so a seed repeats its text), --greedy (the likeliest token each step; a small model
+repeats one token, often a newline), --top-p, or beam search (--beams N). Whitespace the terminal would
+hide is shown (⏎ newline, · space, → tab, ∅ nothing): a small model often emits only that.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def complete(
     tok,
     prompt: str,
     max_new_tokens: int = 60,
-    temperature: float = 0.0,
-    top_k: int | None = None,
+    temperature: float = 0.8,
+    top_k: int | None = 200,
     top_p: float | None = None,
     beams: int = 1,
     seed: int = 0,
@@ -71,8 +72,9 @@ def main(argv=None):
     ap.add_argument("--checkpoint", default="results/gpt_train/main/ckpt.pt", help="gpt_train's checkpoint")
     ap.add_argument("--prompt", help="complete this and exit (default: interactive)")
     ap.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
-    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    ap.add_argument("--top-k", type=int, help="sample from the k likeliest tokens only")
+    ap.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 = greedy")
+    ap.add_argument("--top-k", type=int, default=200, help="sample from the k likeliest tokens only; 0 = all")
+    ap.add_argument("--greedy", action="store_true", help="the likeliest token each step, no sampling")
     ap.add_argument("--top-p", type=float, help="sample from the smallest set of tokens with this total probability")
     ap.add_argument("--beams", type=int, default=1, help="beam search with this many beams (1 = off)")
     ap.add_argument("--seed", type=int, default=0, help="the sampler's seed")
@@ -80,8 +82,8 @@ def main(argv=None):
     model, tok = load(a.checkpoint)
     kw = dict(
         max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature,
-        top_k=a.top_k,
+        temperature=0.0 if a.greedy else a.temperature,
+        top_k=a.top_k or None,
         top_p=a.top_p,
         beams=a.beams,
         seed=a.seed,

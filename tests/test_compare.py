@@ -202,7 +202,8 @@ def test_vs_previous_lab_run(store, monkeypatch):
     assert "batch_size: 8→16" in by_cell["tf32"]
     assert "1.02 (+2.0%) ~" in by_cell["baseline"] and "115 (+3.6%)" in by_cell["baseline"]
     assert "new" in by_cell["amp"]
-    assert "same" in rows(blocks(out)["gpt_train"])[0]
+    assert "gpt_train" not in blocks(out) and "no change in 2 stage(s): gpt_train, mystery" in out
+    assert "same" in rows(blocks(compare(None, store, vs="previous", latest=False, **WIDE))["gpt_train"])[0]
     data = json.loads(compare(["perf"], store, vs="previous", fmt="json"))
     assert (data["lab_run"], data["vs"]) == (second, first)
     tf32 = next(r for r in data["stages"]["perf"] if r["cell"] == "tf32")
@@ -253,3 +254,43 @@ def test_compare_on_the_smoke_store(smoke_dag):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=600)
     heavy, cpu = proc.stderr.strip().rsplit(" ", 1)
     assert heavy == "[]" and float(cpu) < 3.0, proc.stderr
+
+
+def test_vs_shows_what_changed_first_and_why_before_the_numbers(store):
+    """`--vs previous` on a 120-column terminal: only the stages and cells that changed (the rest named
+    in one line; `--all`: everything), the changed cells first in a stated order, and why a cell reran
+    (its changed params) before its numbers, so it is on screen."""
+    client = tracking_store.client(store)
+    lab = tracking_store.experiment_id(client, "lab", store)
+    _, end_first = lab_run(client, lab)
+    wide = {**BASE, "model": {"n_embd": 64, "n_layer": 12, "n_head": 12, "vocab_size": 50304}}
+    job(store, "perf", "keep", wide, {"tokens_per_s": 90.0, "loss": 4.0, **ratio(0.9, 0.8, 1.0)})
+    job(store, "perf", "tf32", wide, {"tokens_per_s": 220.0, "loss": 4.0, **ratio(2.0, 1.8, 2.2)})
+    end_first()
+    _, end_second = lab_run(client, lab)
+    job(store, "perf", "amp", wide, {"tokens_per_s": 150.0, "loss": 4.0, **ratio(1.5, 1.4, 1.6)})
+    job(store, "perf", "tf32", {**wide, "batch_size": 16}, {"tokens_per_s": 330.0, "loss": 4.0, **ratio(3, 2.7, 3.3)})
+    end_second()
+
+    out = compare(None, store, vs="previous")  # Options' width: 120
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 120 and len(lines) <= 12, out
+    assert lines[1] == "rows: what changed first (rerun, new, gone), each kind by its run's start"
+    assert "no change in 2 stage(s): gpt_train, mystery (--all shows every stage and cell)" in out
+    assert list(blocks(out)) == ["perf"]
+    perf = blocks(out)["perf"]
+    assert perf.startswith("perf: 2 of 4 cell(s) rerun since") and "(2 unchanged not shown)" in perf
+    header = perf.splitlines()[1]
+    assert header.index("params changed") < header.index("× baseline")
+    assert [r[:2] for r in rows(perf) if r[0] != "↑/↓:"] == [["tf32", "rerun"], ["amp", "new"]]
+    assert "batch_size: 8→16" in perf.splitlines()[2]  # on screen, not cut off at the right edge
+
+    everything = compare(None, store, vs="previous", latest=False)
+    assert list(blocks(everything)) == ["perf", "gpt_train", "mystery"]  # a change first, then DAG order
+    assert everything.splitlines()[1].endswith("run's start, then unchanged; stages with a change first")
+    assert max(map(len, everything.splitlines())) <= 120
+    moves = [r[1] for r in rows(blocks(everything)["perf"]) if r[0] != "↑/↓:"]
+    assert moves == ["rerun", "new", "same", "same"]
+    data = json.loads(compare(None, store, vs="previous", fmt="json"))  # machine formats: every stage and cell
+    assert set(data["stages"]) == {"gpt_train", "perf", "mystery"} and len(data["stages"]["perf"]) == 4
+    assert list(data["stages"]["perf"][0])[:4] == ["cell", "run", "status", "params changed"]

@@ -145,3 +145,47 @@ def test_cli_help_shows_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "(default: 60)" in out and "(default: results/gpt_train/main/ckpt.pt)" in out
     assert "(default: None)" not in out
+
+
+class Words:
+    """A tokenizer as steps.chat uses one: token i is the word `w<i>`; no EOS."""
+
+    eos_token_id = None
+
+    def __call__(self, text):
+        return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(f" w{i}" for i in ids)
+
+
+class Chatty(Bigram):
+    """A bigram model with a parameter (chat reads the device off one): greedy repeats token 1 (0.34
+    beats 0.33 and 0.32), as a small GPT repeats a newline; sampling wanders."""
+
+    def __init__(self):
+        super().__init__([[0.01, 0.34, 0.33, 0.32]] * 4)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+
+def test_chat_samples_by_default_seeded_and_greedy_on_request(monkeypatch, capsys):
+    """Chat as README runs it samples as nanoGPT's sample.py does (temperature 0.8, top-k 200): one seed
+    gives one text, another seed another; --greedy (or --temperature 0) gives the likeliest tokens."""
+    import steps.chat as chat
+
+    monkeypatch.setattr(chat, "load", lambda checkpoint, device="cpu": (Chatty(), Words()))
+
+    def said(*args: str) -> str:
+        chat.main(["--prompt", "w0", "--max-new-tokens", "24", *args])
+        return capsys.readouterr().out.strip()
+
+    greedy = said("--greedy")
+    assert greedy == "w0" + " w1" * 24 == said("--temperature", "0")
+    sampled = said()
+    assert sampled != greedy and len(set(sampled.split())) >= 3  # not one token over and over
+    assert said() == sampled == said("--seed", "0")  # the default seed: the same text every time
+    assert said("--seed", "1") != sampled
+    with pytest.raises(SystemExit):
+        chat.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 0.8)" in help_text and "(default: 200)" in help_text and "--greedy" in help_text

@@ -5,12 +5,28 @@ docs/tracking.md (a fresh profile lands on an experiment's runs table)."""
 
 from __future__ import annotations
 
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import mlflow.server
 
-from steps.tracking.mlflow_app import DEFAULT_SCRIPT, WORKFLOW_KEY, add_default, with_model_training_default
+from steps.tracking import store
+from steps.tracking.describe import FRAMED_LINKS, OPEN_MESSAGE
+from steps.tracking.mlflow_app import (
+    DEFAULT_SCRIPT,
+    OPEN_LINKS_SCRIPT,
+    PAGE_SCRIPTS,
+    WORKFLOW_KEY,
+    add_default,
+    with_model_training_default,
+)
+from tests.conftest import clean_env
 
 BUILD = Path(mlflow.server.__file__).parent / "js/build"
 
@@ -28,7 +44,7 @@ def test_key_is_the_one_mlflows_ui_reads():
 def test_page_sets_the_default_first_and_only_when_unset():
     page = (BUILD / "index.html").read_bytes()
     served = with_model_training_default(page).decode()
-    assert served.replace(DEFAULT_SCRIPT, "") == page.decode()
+    assert served.replace(PAGE_SCRIPTS, "") == page.decode()
     assert served.index(DEFAULT_SCRIPT) < served.index("static/js/main.")
     assert f"if(!localStorage.getItem('{WORKFLOW_KEY}'))" in DEFAULT_SCRIPT  # a user's own choice stays
 
@@ -52,3 +68,50 @@ def test_ui_serves_the_lab_app_when_registered_else_mlflows_own():
     with_app = server_command(Path("lab.db"), 5000)
     assert with_app[with_app.index("--app-name") + 1] == APP_NAME
     assert "--app-name" not in server_command(Path("lab.db"), 5000, app=False)
+
+
+def test_page_opens_the_links_a_framed_artifact_asks_it_to():
+    """MLflow shows an HTML artifact in `<iframe sandbox="allow-scripts">` of a blob: page, which may open
+    no tab and navigate no top window (checked against the installed UI bundle here; the clicks in
+    headless Chromium: scripts/mlflow_artifact_links.mjs). The artifact posts the link (FRAMED_LINKS), and
+    the UI's page opens it in a new tab, for its own frames and its own server's addresses only."""
+    bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
+    frame = re.search(r'className:"mlflow-html-iframe".{0,120}?sandbox:"([^"]*)"', bundle)
+    assert frame and "allow-popups" not in frame[1] and "allow-top-navigation" not in frame[1]
+    assert "getBlobURL" in bundle  # the page is a blob: URL: a relative link resolves against nothing
+    assert f"parent.postMessage({{type:'{OPEN_MESSAGE}',url:a.href}}" in FRAMED_LINKS
+    assert "location.protocol!=='blob:'" in FRAMED_LINKS  # opened any other way, the links are plain links
+    assert f"d.type!=={OPEN_MESSAGE!r}" in OPEN_LINKS_SCRIPT and "u.origin!==location.origin" in OPEN_LINKS_SCRIPT
+    assert "f.contentWindow===e.source" in OPEN_LINKS_SCRIPT and "open(u.href,'_blank')" in OPEN_LINKS_SCRIPT
+    assert OPEN_LINKS_SCRIPT in with_model_training_default((BUILD / "index.html").read_bytes()).decode()
+
+
+def test_ui_prints_its_address_once_it_answers_and_keeps_the_access_log_out(tmp_path):
+    """`python -m steps.ui`: its address is its first line on stdout, printed when the server answers
+    (not ~20 s before), and the server's access log and INFO lines stay out of the terminal (a browse
+    is a thousand requests) unless --verbose."""
+    from steps.ui import server_command
+
+    db = tmp_path / "results" / "mlflow.db"
+    store.client(f"sqlite:///{db}")  # an empty store
+    cmd = [sys.executable, "-m", "steps.ui", "--db", str(db), "--port", "0"]
+    proc = subprocess.Popen(
+        cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert select.select([proc.stdout], [], [], 240)[0], "steps.ui printed nothing in 240 s"
+        line = proc.stdout.readline()
+        base = re.match(r"MLflow UI on (http://127\.0\.0\.1:\d+)/#/experiments", line)
+        assert base, line
+        with urllib.request.urlopen(f"{base[1]}/health", timeout=5) as r:  # at once: no retry
+            assert r.status == 200
+        for _ in range(5):
+            urllib.request.urlopen(f"{base[1]}/", timeout=30).read()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher, MLflow's server and its workers
+        proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert err.startswith("steps.ui: starting MLflow's server"), err[-3000:]
+    assert "HTTP/1.1" not in err and " INFO" not in err and "DeprecationWarning" not in err, err[-3000:]
+    assert "--no-access-log" in server_command(db, 5000)
+    assert "--no-access-log" not in server_command(db, 5000, verbose=True)

@@ -6,6 +6,7 @@ step, and descriptions whose `__main__` stays literal."""
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
@@ -14,8 +15,8 @@ from steps.report.gather import fetch_runs
 from steps.report.header import provenance
 from steps.report.plots import WARM_UP, line_style, points
 from steps.report.render import html_table, index_html, index_markdown, stage_html, stage_markdown
-from steps.tracking import lab, store
-from steps.tracking.describe import md_escape, stage_description
+from steps.tracking import jobs, lab, store
+from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, md_escape, stage_description, ui_url
 
 TABLE = pd.DataFrame(
     {
@@ -91,3 +92,72 @@ def test_markdown_escaped_outside_code(text):
 def test_perf_description_keeps_main_literal():
     desc = stage_description("steps.perf")
     assert "\\_\\_main\\_\\_.py" in desc and " __main__" not in desc
+
+
+class Links(HTMLParser):
+    """Every <a> of a page with its attributes, and the page's visible text before its first table."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.links, self.top, self.tables, self.hidden, self.skip = [], [], 0, 0, 0
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "a":
+            self.links.append(attrs)
+        self.tables += tag == "table"
+        self.skip += tag in ("script", "style") or "display:none" in (attrs.get("style") or "")
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style") or (tag == "p" and self.skip):
+            self.skip = max(0, self.skip - 1)
+
+    def handle_data(self, data):
+        if not self.tables and not self.skip:
+            self.top.append(data)
+
+
+def leaving_links(page: str) -> list[dict]:
+    """The page's links to other pages (all but its in-page contents, `#stage`), each asserted to open a
+    new tab: MLflow's artifact view frames the page in a sandbox that may not navigate its top window."""
+    links = Links(page).links
+    out = [a for a in links if not a["href"].startswith("#")]
+    assert out and all(a["href"].startswith("#") for a in links if a not in out)
+    for a in out:
+        assert a.get("target") == "_blank" and "noopener" in a.get("rel", "").split(), a
+    return out
+
+
+def test_every_run_link_in_the_html_artifacts_opens_a_new_tab():
+    """jobs.html (the lab run's artifact) and the report's index.html: no `target=_top`, which MLflow's
+    sandboxed artifact frame refuses, and no link that would replace the page; in that frame a click is
+    handed to MLflow's page to open (describe.FRAMED_LINKS, mlflow_app.OPEN_LINKS_SCRIPT)."""
+    rows = [jobs.Job("perf", "a", "ok", link=ui_url("", "3", "0123456789abcdef")), jobs.Job("perf", "b", "failed")]
+    page = jobs.html_page(rows, "lab run x: 2 jobs")
+    assert [a["href"] for a in leaving_links(page)] == [ui_url("", "3", "0123456789abcdef")]
+    assert "_top" not in page and FRAMED_LINKS in page and FRAMED_NOTE in page
+    sections = [stage_html("perf", TABLE, {"memory": TABLE}, [], "")]
+    report = index_html("n00bGPT lab", "", TABLE, sections, {})
+    hrefs = [a["href"] for a in leaving_links(report)]
+    assert len(hrefs) == 4 and all(h.startswith("../../#/experiments/3") for h in hrefs)  # runs + "All runs"
+    assert FRAMED_LINKS in report and report.index(FRAMED_LINKS) > report.rindex("</table>")  # after the links
+
+
+def test_the_report_says_where_its_run_links_open():
+    """Opened as a file (what a double-click does), index.html says at its top, before any table, that
+    the links need `python -m steps.ui`; index.md's hint names the command and where the address comes
+    from, with no empty parenthesis when the UI's address is not configured."""
+    page = index_html("n00bGPT lab", "", TABLE, [], {})
+    top = " ".join("".join(Links(page).top).split())
+    assert "python -m steps.ui" in top and "prints its address" in top, top
+    assert f"{LOCAL_UI}/lab/report/index.html" in top
+    assert "location.protocol" in page and "'file:'" in page  # as a file: links point at steps.ui's default
+    md = index_markdown("n00bGPT lab", "", TABLE, [], {})
+    hint = next(ln for ln in md.splitlines() if ln.startswith("Every row links"))
+    assert "`python -m steps.ui`" in hint and "prints the report's address" in hint and "()" not in hint
+    assert not re.search(r"open\s*\)", hint) and "open )." not in md
+    configured = index_markdown("n00bGPT lab", "http://ui:5000", TABLE, [], {})
+    assert "at http://ui:5000 (serve the store there with `python -m steps.ui`)" in configured
+    top = " ".join("".join(Links(index_html("t", "http://ui:5000", TABLE, [], {})).top).split())
+    assert "Run links open the MLflow UI at http://ui:5000: serve the store there with python -m steps.ui" in top

@@ -1,7 +1,8 @@
 """Compare the lab's runs in the terminal, as `dvc exp show` does: one screen per stage, stages in DAG order.
 
     python -m steps.compare [--stage perf] [--sort METRIC] [--only-changed] [--format table|csv|json|markdown]
-    python -m steps.compare --vs previous          # this lab run against the one before, each number's change
+    python -m steps.compare --vs previous          # what changed since the lab run before (--all: everything)
+    python -m steps.compare --sweep [KEY]          # a swept knob's runs by value (steps/compare/sweep.py)
 
 Per stage (its MLflow experiment `n00bgpt/<stage>`) one table, one row per cell (its latest job run;
 `--all`: every run): cell, status, the stage's headline metrics (the `metrics.*` columns of its report
@@ -20,7 +21,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from steps.compare import formats, vs
+from steps.compare import formats, sweep, vs
 from steps.compare.read import CompareError, Store, open_store, read
 from steps.compare.table import (
     ID_COLUMNS,
@@ -52,6 +53,7 @@ class Options:
     vs: str | None = None  # 'previous' or a lab run id: the changes since that lab run
     lab: str | None = None  # the lab run compared (default the latest)
     ui: str = ""  # the UI's address for run links; "": relative to the UI's base (steps.tracking.describe)
+    sweep: str | None = None  # --sweep: a sweep's runs by value ("": every sweep), steps/compare/sweep.py
 
 
 def stage_order(st: Store, wanted: list[str] | None) -> list[str]:
@@ -76,6 +78,8 @@ def compare(stages: list[str] | None = None, uri: str | None = None, **options) 
     if opts.fmt not in FORMATS:
         raise CompareError(f"--format {opts.fmt!r}: choose one of {', '.join(FORMATS)}")
     st = read(uri)
+    if opts.sweep is not None:
+        return sweep.sweeps_text(st, opts.sweep, opts)
     order = stage_order(st, opts.stages)
     if opts.vs:
         return versus(st, order, opts)
@@ -123,26 +127,47 @@ def render(tables: dict, notes: dict, titles: dict, opts: Options, extra: dict |
 
 
 def versus(st: Store, order: list[str], opts: Options) -> str:
-    """--vs: per stage, each cell's numbers as of the lab run `opts.lab` against those as of `opts.vs`."""
+    """--vs: per stage, each cell's numbers as of the lab run `opts.lab` against those as of `opts.vs`,
+    what changed first (vs.MOVES) and why (its changed params) before its numbers. To read (table,
+    markdown): only the stages, cells and metrics that changed, unless `--all` (`opts.latest` off), which
+    shows every stage, those with a change first; csv and json hold every stage and cell."""
     labs = vs.lab_runs(st.of(vs.LAB))
     this = vs.pick(labs, opts.lab)
     prev = vs.pick(labs, opts.vs, than=this)
-    tables, notes, titles = {}, {}, {}
+    readable, everything = opts.fmt in ("table", "markdown"), not opts.latest
+    tables, notes, titles, still, moves = {}, {}, {}, [], {}
     for stage in order:
         jobs = job_runs(st.of(stage))
         logged = {k for r in jobs for k in r["metrics"]}
         metrics = without_interval_ends(stage_metrics(stage, opts.metrics, logged))  # they feed the noise mark
-        raw = vs.stage_changes(jobs, this, prev, metrics)
-        metrics = vs.keep_changed(raw, metrics) if opts.only_changed else vs.drop_empty(raw, metrics)
-        reran = int((raw["run"] != "same").sum()) if len(raw) else 0
-        tables[stage] = vs.as_text(raw, metrics) if opts.fmt in ("table", "markdown") else vs.as_raw(raw, metrics)
-        titles[stage] = f"{stage}: {reran} of {len(raw)} cell(s) rerun since {prev['run_id'][:8]}"
-        marked = raw[[f"{t} noise" for t in metrics]].notna().any().any() if len(raw) and metrics else False
-        notes[stage] = [vs.LEGEND] if marked and opts.fmt in ("table", "markdown") else []
-    head = vs.title(this, prev)
+        raw = vs.changed_first(vs.stage_changes(jobs, this, prev, metrics))
+        changed = vs.moved(raw)
+        moves[stage] = len(changed)
+        if readable and not everything and changed.empty:
+            still.append(stage)
+            continue
+        shown = raw if everything or not readable else changed
+        only_changed = opts.only_changed or (readable and not everything)
+        metrics = vs.keep_changed(shown, metrics) if only_changed else vs.drop_empty(shown, metrics)
+        tables[stage] = vs.as_text(shown, metrics) if readable else vs.as_raw(shown, metrics)
+        hidden = len(raw) - len(shown)
+        titles[stage] = f"{stage}: {len(changed)} of {len(raw)} cell(s) rerun since {prev['run_id'][:8]}" + (
+            f" ({hidden} unchanged not shown)" if hidden else ""
+        )
+        marked = shown[[f"{t} noise" for t in metrics]].notna().any().any() if len(shown) and metrics else False
+        notes[stage] = [vs.LEGEND] if marked and readable else []
+    if everything:  # the stages with a change first, each group in DAG order
+        tables = {s: tables[s] for s in sorted(tables, key=lambda s: moves[s] == 0)}
     extra = {"lab_run": this["run_id"], "vs": prev["run_id"]}
     body = render(tables, notes, titles, opts, extra)
-    return body if opts.fmt in ("csv", "json") else f"{head}\n\n{body}"
+    if not readable:
+        return body
+    legend = vs.ORDER + (", then unchanged; stages with a change first" if everything else "")
+    if still:
+        legend += f"\nno change in {len(still)} stage(s): {', '.join(still)} (--all shows every stage and cell)"
+    if not tables:
+        body = "nothing changed" if opts.fmt == "table" else "Nothing changed.\n"
+    return f"{vs.title(this, prev)}\n{legend}\n\n{body}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,10 +179,16 @@ def main(argv: list[str] | None = None) -> None:
         "--only-changed", "--diff", action="store_true", help="also hide the metrics equal in every row (default: off)"
     )
     ap.add_argument("--format", choices=FORMATS, default="table", dest="fmt", help="(default: %(default)s)")
-    ap.add_argument("--all", action="store_true", help="every run, not only the latest of each cell (default: off)")
+    ap.add_argument(
+        "--all",
+        action="store_true",
+        help="every run, not only the latest of each cell; with --vs: every stage and cell, not only what changed "
+        "(default: off)",
+    )
     ap.add_argument("--metrics", help="comma-separated metric keys (default: the stage's report columns)")
     ap.add_argument("--vs", metavar="previous|RUN", help="the changes since an earlier lab run: 'previous' or its id")
     ap.add_argument("--lab", metavar="RUN", help="the lab run --vs compares (default: the latest)")
+    ap.add_argument("--sweep", nargs="?", const="", metavar="KEY", help="a sweep's runs by value (no KEY: every sweep)")
     ap.add_argument("--ui", default="", help="the UI's address for run links (default: relative to the UI's base)")
     ap.add_argument("--tracking-uri", help="(default: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)")
     args = ap.parse_args(argv)
@@ -174,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         vs=args.vs,
         lab=args.lab,
         ui=args.ui,
+        sweep=args.sweep,
     )
     try:
         print(compare(split, args.tracking_uri, **opts))

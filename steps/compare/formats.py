@@ -12,6 +12,7 @@ import re
 import pandas as pd
 
 MAX_CELL = 28  # characters of a value in the text table (a ratio with its interval and verdict fits)
+WIDER = {"params changed": 56}  # a column that says why, cut later (`--vs`: why a cell reran)
 
 
 def fmt(v) -> str:
@@ -44,7 +45,8 @@ def text_table(table: pd.DataFrame, width: int) -> tuple[str, list[str]]:
     out, used, left = [], 0, []
     for name in table.columns:
         just = str.rjust if numeric(table[name]) else str.ljust
-        cells = [clip(str(name)), *(clip(fmt(v)) for v in table[name])]
+        most = WIDER.get(str(name), MAX_CELL)
+        cells = [clip(str(name)), *(clip(fmt(v), most) for v in table[name])]
         w = max(map(len, cells))
         if left or (out and used + 2 + w > width):  # in order: the first that does not fit ends the table
             left.append(str(name))

@@ -5,6 +5,10 @@ only the jobs whose inputs changed, so "the results as of a lab run" are each ce
 started by the time that lab run ended (the cells it did not rerun keep their earlier run: `same`).
 Each number shows its change; where both runs logged an interval for it (`_low`/`_high`, `_lo`/`_hi`,
 `_p10`/`_p90`, steps/compare/table.py) the change is beyond noise when the intervals do not overlap.
+
+What changed comes first: the cells that moved (rerun, then new, then gone), each kind in order of
+its run's start, then the unchanged ones; why a cell reran (`params changed`) before its numbers. The
+table and markdown formats show only what changed unless `--all` (steps/compare/__init__.py).
 """
 
 from __future__ import annotations
@@ -85,6 +89,21 @@ def noise(now: pd.Series, before: pd.Series, key: str) -> str | None:
 
 
 MARKS = {"up": " ↑", "down": " ↓", "within": " ~", None: ""}
+MOVES = ("rerun", "new", "gone", "same")  # the row order: what changed first
+ORDER = "rows: what changed first (rerun, new, gone), each kind by its run's start"
+
+
+def changed_first(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows in MOVES order (a stable sort: each kind keeps its order of start)."""
+    if table.empty:
+        return table
+    rank = table["run"].map({m: i for i, m in enumerate(MOVES)})
+    return table.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+
+
+def moved(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the cells that changed (rerun, new or gone)."""
+    return table[table["run"] != "same"] if len(table) else table
 
 
 def stage_changes(jobs: list[dict], this: dict, prev: dict, metrics: dict[str, str]) -> pd.DataFrame:
@@ -144,22 +163,22 @@ def drop_empty(table: pd.DataFrame, metrics: dict[str, str]) -> dict[str, str]:
 
 
 def as_text(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
-    """The table for reading: each metric one column, 'now (change)' with its noise mark."""
-    out = table[["cell", "run", "status"]].copy()
+    """The table for reading: why each cell reran (its changed params) first, then its seeds and each
+    metric as one column, 'now (change)' with its noise mark."""
+    out = table[["cell", "run", "status", "params changed"]].copy()
     out["seeds"] = [seeds_text(n, b) for n, b in zip(table["seeds"], table["seeds before"])]
     for t in metrics:
         out[t] = [
             change(v, w, r == "same", MARKS.get(n if isinstance(n, str) else None, ""))
             for v, w, r, n in zip(table[t], table[f"{t} before"], table["run"], table[f"{t} noise"])
         ]
-    out["params changed"] = table["params changed"]
     return out
 
 
 def as_raw(table: pd.DataFrame, metrics: dict[str, str]) -> pd.DataFrame:
     """The table for csv/json: per metric its value, value before, change and noise verdict."""
     cols = [c for t in metrics for c in (t, f"{t} before", f"{t} change", f"{t} noise")]
-    return table[["cell", "run", "status", "seeds", "seeds before", *cols, "params changed"]]
+    return table[["cell", "run", "status", "params changed", "seeds", "seeds before", *cols]]
 
 
 def seeds_text(now, before) -> str:

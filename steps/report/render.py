@@ -11,7 +11,7 @@ import pandas as pd
 from steps.report.gather import SEEDS
 from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
-from steps.tracking.describe import report_run_link
+from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -21,6 +21,7 @@ CSS = (
     ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"  # a wide table scrolls in its own box
     "tr.failed,tr.missing{background:#fdd}tr.skipped{background:#ffd}img{max-width:100%}"
     "dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 1em}dl.meta dd{margin:0}"
+    ".note{background:#ffd;border:1px solid #ec9;padding:6px 10px}"
 )
 HEAD_COLUMNS = ["stage", "cells", "ok", "skipped", "failed/missing", "key number", "experiment_id", "run_id"]
 
@@ -85,7 +86,8 @@ def html_table(table: pd.DataFrame, ui: str = "") -> str:
         for c in shown:
             v = row[c]
             if c == "run_id" and v and "experiment_id" in table:
-                cells.append(f'<td><a href="{run_link(ui, row["experiment_id"], v)}">{v[:8]}</a></td>')
+                link = html.escape(run_link(ui, row["experiment_id"], v))
+                cells.append(f'<td><a href="{link}" {NEW_TAB}>{v[:8]}</a></td>')
             else:
                 cells.append(f"<td{attr(c)}>{html.escape(fmt(v, markdown=False))}</td>")
         body.append(f'<tr class="{html.escape(str(row.get("status", "")))}">{"".join(cells)}</tr>')
@@ -115,7 +117,7 @@ def stage_html(stage: str, table: pd.DataFrame, extra: dict[str, pd.DataFrame], 
     link = experiment_link(table, ui)
     return (
         f"<h2 id='{html.escape(stage)}'>{html.escape(stage)}</h2>"
-        + (f"<p><a href='{html.escape(link)}'>All runs in MLflow</a></p>" if link else "")
+        + (f'<p><a href="{html.escape(link)}" {NEW_TAB}>All runs in MLflow</a></p>' if link else "")
         + html_table(table, ui)
         + "".join(f"<h3>{html.escape(stage)}: {html.escape(n)}</h3>{html_table(df)}" for n, df in extra.items())
         + "".join(embed(f) for f in figs)
@@ -127,23 +129,60 @@ def index_markdown(title: str, ui: str, head: pd.DataFrame, sections: list[str],
     meta = "".join(f"- **{label}**: {value}\n" for label, value in header_lines(facts or {}))
     stages = [s.split("\n", 1)[0].removeprefix("## ") for s in sections]
     toc = " · ".join(f"[{s}](#{s.lower()})" for s in ["Headline", *stages])
-    intro = (
-        f"# {title}\n\n{meta}\nEvery row links to its MLflow run (serve the store with "
-        f"`python -m steps.ui`, then open {ui}).\n\n**Contents**: {toc}\n\n"
-    )
+    intro = f"# {title}\n\n{meta}\n{links_hint(ui)}\n\n**Contents**: {toc}\n\n"
     return intro + "## Headline\n\n" + md_with_links(head, ui) + "\n" + "\n".join(sections)
 
 
+def links_hint(ui: str) -> str:
+    """Where the report's run links open (index.md's line under its header)."""
+    if ui:
+        return f"Every row links to its MLflow run at {ui} (serve the store there with `python -m steps.ui`)."
+    return (
+        "Every row links to its MLflow run, relative to the report as `python -m steps.ui` serves it: run "
+        "`python -m steps.ui`, which prints the report's address beside the UI's "
+        f"(`{LOCAL_UI}/{REPORT_PATH}index.html` by default), and open the report there."
+    )
+
+
+def open_note(ui: str) -> str:
+    """index.html's first line: where its run links open, shown until the page is one where they do
+    (served by steps.ui, or MLflow's artifact view); opened as a file, its relative run links point at
+    steps.ui's default address instead of a directory listing."""
+    if ui:
+        text = f"Run links open the MLflow UI at <code>{html.escape(ui)}</code>: serve the store there with"
+        text += " <code>python -m steps.ui</code>."
+    else:
+        text = (
+            "Run links open the MLflow UI: run <code>python -m steps.ui</code>, which serves this report "
+            "beside the UI and prints its address, and open the report there "
+            f"(<code>{LOCAL_UI}/{REPORT_PATH}index.html</code> by default)."
+        )
+    script = (
+        "<script>(function(){var n=document.getElementById('n00bgpt-open'),p=location.protocol,rel=%(rel)s;"
+        "if(p==='blob:'||(rel&&/^https?:$/.test(p)&&location.pathname.indexOf(%(path)r)>=0)){n.remove();return}"
+        "if(p!=='file:'||!rel)return;"
+        "n.insertAdjacentHTML('beforeend',' Opened as a file, as now, its run links point at <code>'+%(ui)r+"
+        "'</code>, the UI\\'s address when it runs with its default port.');"
+        "document.addEventListener('DOMContentLoaded',function(){document.querySelectorAll('a[href]').forEach("
+        "function(a){var h=a.getAttribute('href'),i=h.indexOf('#/');"
+        "if(i>0&&!/^[a-z][a-z0-9+.-]*:/i.test(h))a.setAttribute('href',%(ui)r+'/'+h.slice(i))})})})();</script>"
+    ) % {"rel": "false" if ui else "true", "path": "/" + REPORT_PATH, "ui": LOCAL_UI}
+    return f"<p class='note' id='n00bgpt-open'>{text}</p>{script}"
+
+
 def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:
-    """index.html: the same, with a table of contents and the wide tables scrolling in their boxes."""
+    """index.html: the same, with a table of contents and the wide tables scrolling in their boxes; a
+    note at the top says where its run links open (open_note), and each opens in a new tab."""
     meta = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in header_lines(facts or {}))
     stages = [s.split("id='", 1)[1].split("'", 1)[0] for s in sections]
     toc = "".join(f"<li><a href='#{s}'>{s}</a></li>" for s in ["headline", *stages])
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><dl class='meta'>{meta}</dl>"
+        f"<style>{CSS}</style></head><body>{FRAMED_NOTE}{open_note(ui)}<h1>{html.escape(title)}</h1>"
+        f"<dl class='meta'>{meta}</dl>"
         f"<nav><b>Contents</b><ul>{toc}</ul></nav><h2 id='headline'>Headline</h2>"
         + html_table(head, ui)
         + "".join(sections)
+        + FRAMED_LINKS
         + "</body></html>"
     )

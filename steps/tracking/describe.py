@@ -100,6 +100,9 @@ def ui_url(base: str, experiment_id: str | None = None, run_id: str | None = Non
     return f"{base.rstrip('/')}{path}?{query}"
 
 
+UI_PORT = 5000  # `python -m steps.ui`'s default port: the UI's address there is LOCAL_UI
+LOCAL_UI = f"http://127.0.0.1:{UI_PORT}"
+
 # Where `python -m steps.ui` serves results/reports/ (the report's HTML and plots), under the UI's base:
 # the report's run links are relative to it, so they open on whatever host, port or prefix serves both.
 REPORT_PATH = "lab/report/"
@@ -111,6 +114,40 @@ def report_run_link(experiment_id: str, run_id: str | None = None, base: str = "
     address as steps.ui serves it (`<base>/lab/report/`): `../../#/experiments/<id>/runs/<run>`, which
     resolves to the UI that served the report."""
     return ui_url(base or "../" * REPORT_PATH.count("/"), experiment_id, run_id)
+
+
+# A link in an HTML page the lab writes (the lab run's jobs.html, the report's index.html) opens a new tab:
+# opened by hand or served by steps.ui, a new tab keeps the table; MLflow's artifact view shows such a page
+# in a sandboxed frame (`<iframe sandbox="allow-scripts">` of a `blob:` page) that may open no tab, navigate
+# no top window, and resolves no relative link: FRAMED_LINKS handles that case.
+NEW_TAB = 'target="_blank" rel="noopener"'
+OPEN_MESSAGE = "n00bgpt.open"  # what a framed page posts to MLflow's page (steps/tracking/mlflow_app.py)
+FRAMED_LINKS = (
+    "<script>(function(){if(location.protocol!=='blob:')return;"
+    # the UI's address: MLflow's page that framed this one (its URL without the #/ route)
+    "var r=new URL(document.referrer||new URL(location.href).origin+'/'),ui=r.origin+r.pathname,t,"
+    "note=document.getElementById('n00bgpt-framed');"
+    # every link to a UI page (`#/experiments/...`, relative to the UI or the report) made absolute, so
+    # Ctrl-click, middle-click and "Open link in new tab" work on any MLflow server
+    "document.querySelectorAll('a[href]').forEach(function(a){var h=a.getAttribute('href'),i=h.indexOf('#/');"
+    "if(i>0&&!/^[a-z][a-z0-9+.-]*:/i.test(h))a.setAttribute('href',ui+h.slice(i))});"
+    "addEventListener('message',function(e){if(e.data&&e.data.type==='%(msg)s.opened')clearTimeout(t)});"
+    "document.addEventListener('click',function(e){var a=e.target.closest&&e.target.closest('a[href]');if(!a)return;"
+    "var h=a.getAttribute('href');"
+    # an in-page link (the contents): scrolled to here, as the frame cannot navigate to its own blob
+    "if(h.charAt(0)==='#'){e.preventDefault();var to=document.getElementById(decodeURIComponent(h.slice(1)));"
+    "if(to)to.scrollIntoView();return}"
+    "if(e.button||e.ctrlKey||e.metaKey||e.shiftKey||e.altKey)return;"  # the browser's own new tab
+    # a plain click: MLflow's page opens it when the lab's app serves it (steps.ui), else say how
+    "e.preventDefault();parent.postMessage({type:'%(msg)s',url:a.href},'*');clearTimeout(t);"
+    "t=setTimeout(function(){if(note)note.style.display='block'},600)})})();</script>"
+) % {"msg": OPEN_MESSAGE}
+FRAMED_NOTE = (
+    "<p id='n00bgpt-framed' style='display:none;position:sticky;top:0;background:#ffd;padding:4px 8px'>"
+    "MLflow shows this page in a sandboxed frame, which cannot open a link on a plain click: Ctrl-click "
+    "(&#8984;-click on a Mac) or middle-click it to open it in a new tab, or browse with "
+    "<code>python -m steps.ui</code>, where a click opens it.</p>"
+)
 
 
 def report_url(base: str) -> str:

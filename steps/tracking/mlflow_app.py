@@ -7,6 +7,9 @@ empty traces overview, not on its runs (3.17's UI no longer reads the experiment
 `n00bgpt-lab` (pyproject.toml) and started by `python -m steps.ui` as
 `mlflow server --app-name n00bgpt-lab`; the one change: the UI's page sets the switch to
 "Model training" when the browser has no choice stored yet. A choice the user makes stays theirs.
+And a link clicked in one of the lab's HTML artifacts (jobs.html, the report), which MLflow shows in a
+sandboxed frame that may open no tab, opens in a new tab: the page asks this one to open it
+(describe.FRAMED_LINKS), and this one opens it when it is a page of this same server.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 from flask import Flask, Response, send_from_directory
 
-from steps.tracking.describe import REPORT_PATH
+from steps.tracking.describe import OPEN_MESSAGE, REPORT_PATH
 
 REPORTS_ENV = "N00BGPT_REPORTS"  # the folder of the lab's report (python -m steps.ui sets it)
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
@@ -24,15 +27,29 @@ DEFAULT_SCRIPT = (
     "<script>try{if(!localStorage.getItem(%r))localStorage.setItem(%r,'\"machine_learning\"')}catch(e){}</script>"
     % (WORKFLOW_KEY, WORKFLOW_KEY)
 )
+# A run link clicked in an HTML artifact's sandboxed frame (describe.FRAMED_LINKS posts its address): opened
+# in a new tab by this page (the click's activation reaches it) when it is an address of this server and the
+# message comes from one of this page's frames; the frame hears back, else it shows how to open it.
+OPEN_LINKS_SCRIPT = (
+    "<script>addEventListener('message',function(e){var d=e.data,u;"
+    "if(!d||d.type!==%(msg)r||typeof d.url!=='string')return;"
+    "if(![].some.call(document.querySelectorAll('iframe'),function(f){return f.contentWindow===e.source}))return;"
+    "try{u=new URL(d.url,location.href)}catch(_){return}"
+    "if(u.origin!==location.origin||!/^https?:$/.test(u.protocol))return;"
+    "var w=open(u.href,'_blank');if(w)w.opener=null;else location.href=u.href;"
+    "e.source.postMessage({type:%(done)r},'*')})</script>" % {"msg": OPEN_MESSAGE, "done": OPEN_MESSAGE + ".opened"}
+)
+PAGE_SCRIPTS = DEFAULT_SCRIPT + OPEN_LINKS_SCRIPT
 
 
 def with_model_training_default(page: bytes) -> bytes:
-    """The UI's index.html with the default set before its bundle runs (first thing in <head>)."""
+    """The UI's index.html with the default set before its bundle runs (first thing in <head>), and the
+    listener that opens the lab's HTML artifacts' links (OPEN_LINKS_SCRIPT)."""
     head = page.find(b"<head>")
     if head < 0:
         return page
     at = head + len(b"<head>")
-    return page[:at] + DEFAULT_SCRIPT.encode() + page[at:]
+    return page[:at] + PAGE_SCRIPTS.encode() + page[at:]
 
 
 def add_default(app: Flask) -> Flask:
