@@ -182,6 +182,14 @@ class TrainStep:
         returns (mean loss over micro-batches, grad norm)."""
         probe = probe or (lambda label: None)
         n = len(micro_batches)
+        # CUDA graphs + accumulation: the graphs' outputs are overwritten by the next replay, so a
+        # .grad first allocated by a replayed backward would be too (seen on an H200: tied wte's
+        # "Gradient addition node"); stable zeroed buffers outside capture are PyTorch's own fix
+        stable_grads = self.cuda_graphs and n > 1
+        if stable_grads:
+            for q in self.model.parameters():
+                if q.requires_grad and q.grad is None:
+                    q.grad = torch.zeros_like(q)
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         for x in micro_batches:
             x = x.to(self.device, non_blocking=True)
@@ -198,7 +206,7 @@ class TrainStep:
         norm = self.clip()
         self.update()
         probe("after step")
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not stable_grads)
         probe("after zero_grad")
         return total.item(), norm
 
