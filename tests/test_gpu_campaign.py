@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from steps.campaign import plan as campaign_plan
-from steps.campaign.record import write_record
+from steps.campaign.record import headline, judged, write_record
 from steps.campaign.rerun import carry_done, load_done
 from steps.campaign.run import Ledger, run_plan
 from steps.campaign.wheels import install_wheels
@@ -87,7 +87,9 @@ def test_plan_puts_baseline_and_last_rung_first():
     settings, lab = campaign_plan.load_campaign(ROOT / "configs" / "gpu-campaign.yaml")
     cells = campaign_plan.build_plan(lab, settings)
     names = [c.name for c in cells]
-    assert names[:2] == ["perf/t1024_baseline", "perf/t1024_ladder_accum"]  # every ladder change at once
+    # the speed stack the campaign's `headline` names leads (the last rung adds memory trades)
+    assert names[:2] == ["perf/t1024_baseline", "perf/t1024_ladder_fused_adamw"]
+    assert names.index("perf/t1024_ladder_fp8") > names.index("minitorch/ops_cuda")  # the rest: later
     # then one pass over every target before the rest of the ladders (a 7-minute first call)
     order = ["gpt_parity/gpt2_shape", "perf/baseline", "gpt_train/main", "inference/kv_cache", "perf/fused_triton"]
     order += ["components/main", "minitorch/ops_cuda", "perf/t1024_ladder_bf16", "perf/t1024_tf32"]
@@ -239,6 +241,61 @@ def test_skip_done_carries_ok_cells_and_reruns_data_a_rerun_needs(tmp_path):
     assert ledger.data["cells"]["gpt_parity/odd"]["status"] == "planned"
     with pytest.raises(ConfigError, match="--skip-done .*campaign.json"):
         load_done(tmp_path / "nope.json")
+
+
+def test_skip_done_carries_a_cell_only_with_the_config_it_ran(tmp_path):
+    """A ladder reordered since the earlier call keeps its cell names for other stacks of changes:
+    a record whose params differ from the plan's is run again, not carried."""
+    settings, lab = campaign_plan.load_campaign(REHEARSE)
+    plan = campaign_plan.build_plan(lab, settings)
+    cell = next(c for c in plan if c.name == "perf/t32_baseline")
+    same = {"status": "ok", "info": {"params": dict(cell.params)}}
+    other = {"status": "ok", "info": {"params": {**cell.params, "batch_size": cell.params["batch_size"] + 1}}}
+    (tmp_path / "out").mkdir()
+    for record, carried in ((same, ["perf/t32_baseline"]), (other, [])):
+        done = {"perf/t32_baseline": {"status": "ok", "record": record}}
+        ledger = Ledger(tmp_path / "out", {"command": "test"}, plan)
+        assert carry_done(plan, done, tmp_path / "work", ledger, "earlier") == carried
+
+
+def rung(cell: str, step: int, ratio: tuple, tps: tuple, mfu: float) -> dict:
+    m = dict(zip(("speedup", "speedup_low", "speedup_high"), ratio))
+    m |= dict(zip(("tokens_per_s_p10", "tokens_per_s", "tokens_per_s_p90"), tps)) | {"mfu_published": mfu}
+    desc = f"t9: ladder step {step}, + x" if step else "t9: baseline (ladder step 0)"
+    return {"status": "ok", "cell": cell, "metrics": m, "info": {"desc": desc, "published_peak": "X SXM"}}
+
+
+def test_record_headline_judges_the_targets_by_their_intervals():
+    """The record's headline: the campaign's named rung (else the last), × baseline judged by its
+    95 % interval, MFU by the steps' p10-p90; met, not met, or not decided where the interval spans it."""
+    assert (judged(10.2, 10.9, 10), judged(8.1, 8.2, 10), judged(9.5, 10.5, 10)) == ("met", "not met", "not decided")
+    recs = {
+        "perf/t9_baseline": rung("t9_baseline", 0, (1, 1, 1), (9, 10, 11), 0.05),
+        "perf/t9_ladder_fast": rung("t9_ladder_fast", 2, (10.5, 10.2, 10.9), (95, 100, 105), 0.5),
+        "perf/t9_ladder_slow": rung("t9_ladder_slow", 3, (8.1, 8.0, 8.2), (76, 80, 84), 0.4),
+    }
+    last = "\n".join(headline({"settings": {}}, recs))
+    assert "perf/t9_ladder_slow" in last and last.count("| not met |") == 2
+    named = "\n".join(headline({"settings": {"headline": "fast", "targets": {"mfu_published": 0.45}}}, recs))
+    assert "perf/t9_ladder_fast" in named and "| met |" in named
+    assert "47.5%" in named  # MFU's low end: 0.5 x p10 95 / median 100 > 45 %: met
+    assert headline({}, {}) == ["No cumulative ladder rung finished: no headline."]
+
+
+def test_record_names_the_commit_that_ran(tmp_path, monkeypatch):
+    """A device copy's .git names another commit: N00BGPT_GIT_COMMIT sets the ledger's, and
+    `--commit` rebuilds a record with the right one, saying what the ledger named."""
+    from steps.tracking.provenance import git_commit
+
+    monkeypatch.setenv("N00BGPT_GIT_COMMIT", "feedbeef")
+    assert git_commit() == "feedbeef"
+    ledger = {"started_utc": "2026-01-02T00:00:00Z", "commit": "0ld-dirty", "cells": {}, "command": "c"}
+    ledger["env"] = {"device": "NVIDIA H200", "versions": {}}
+    (tmp_path / "campaign.json").write_text(json.dumps(ledger))
+    path = write_record(tmp_path, tmp_path / "docs", commit="abcdef1234567")
+    assert path.name == "2026-01-02-h200-abcdef1234.md"
+    text = path.read_text()
+    assert "commit abcdef1234567" in text and "the ledger named 0ld-dirty" in text
 
 
 def wait_for(path: Path, check, timeout: float) -> dict:

@@ -144,9 +144,9 @@ def test_a_gpu_campaign_record_is_its_own_host_kind(repo):
         "- **started**: 2026-11-28T10:00:00Z; wall 500 s of a 540 s budget\n"
     )
     (repo / "docs" / "results" / "2026-11-28-h100-80gb-hbm3-abcdef1234.md").write_text(text)
-    records = read_records(repo / "docs" / "results")
-    assert records[-1].host_kind == "NVIDIA H100 80GB HBM3 (GPU campaign)"
-    assert records[-1].started == "2026-11-28T10:00:00Z"
+    record = next(r for r in read_records(repo / "docs" / "results") if "h100-80gb" in str(r.path))
+    assert record.host_kind == "NVIDIA H100 80GB HBM3 (GPU campaign)"
+    assert record.started == "2026-11-28T10:00:00Z"
     index = repo / "docs" / "results" / "README.md"  # the copy's index lists every record
     assert publish(repo) == [index]
     assert "| [2026-11-28-h100-80gb-hbm3-abcdef1234.md](2026-11-28-h100-80gb-hbm3-abcdef1234.md) | NVIDIA H100" in (

@@ -69,7 +69,13 @@ def cluster():
     was_up = _script(SLURM_LOCAL, "status", check=False).returncode == 0
     up = _script(SLURM_LOCAL, "up").stdout
     assert _script(SLURM_LOCAL, "up").stdout == up  # idempotent: the same daemons (pids), nothing started twice
-    assert re.search(r"^local\*\s+up\s.*\bidle\b", up, re.M), up  # the CPU partition, this node idle
+    # the CPU partition, this node idle (a node slurmd has just re-registered can show its last
+    # state for a few seconds: up to 60 s; the text says which jobs hold it if it stays busy)
+    deadline = time.monotonic() + 60
+    while not re.search(r"^local\*\s+up\s.*\bidle\b", up, re.M) and time.monotonic() < deadline:
+        time.sleep(2)
+        up = _script(SLURM_LOCAL, "status", check=False).stdout
+    assert re.search(r"^local\*\s+up\s.*\bidle\b", up, re.M), up
     assert re.search(r"^local-gpu\s+up\s.*\s0\s", up, re.M), up  # declared, no nodes
     yield _script(MLFLOW_SERVER, "uri").stdout.strip()
     _script(SLURM_LOCAL, "down")

@@ -5,8 +5,8 @@ and a second of ~4 (--skip-done) run perhaps a third of the plan, so the first c
 target once before it goes deep (what breaks shows up while a second call can still rerun it):
 
     1. the headline: the first ladder shape's fp32 eager baseline, then its last cumulative rung
-       (every change at once: "× baseline", MFU); on a device that cannot run that rung (the CPU
-       rehearsal), the last rung it can
+       (every change at once: "× baseline", MFU) or the rung `headline` names; on a device that
+       cannot run that rung (the CPU rehearsal), the last rung it can
     2. gpt_parity on the device (a target; seconds a cell)
     3. the hand-written perf cells (the seed's table at the section's shape)
     4. a short gpt_train (with its corpus and tokenizer), then the inference cells (GPT-2 124M
@@ -25,7 +25,8 @@ reason where the stage has one (steps/perf/step.py: check_device).
 
 A campaign file is a lab config (layered last, validated like a --configfile) plus a
 `campaign:` section: `configs` (lab configs layered on configs/default.yaml first), `budget_s`,
-`report_reserve_s`, `cell_cap_s`.
+`report_reserve_s`, `cell_cap_s`, `min_cell_s`, `headline` (the leading rung's step name) and
+`targets` (the headline's × baseline and MFU against the published peak, judged in the record).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ SETTINGS = {  # the `campaign:` section's keys and defaults
     "report_reserve_s": 40,  # kept from the start for the report job
     "cell_cap_s": 180,  # no one cell gets more, whatever is left
     "min_cell_s": 20,  # less left than this: nothing more starts
+    "headline": "",  # the cumulative ladder rung that leads (its step name; empty: the last rung)
+    "targets": {"x_baseline": 10.0, "mfu_published": 0.45},  # the headline's, judged in the record
 }
 DATA = {"prepare_corpus": "results/data/corpus", "train_tokenizer": "results/data/tokenizer"}  # = rules/data.smk
 NEEDS_CUDA = "needs CUDA"
@@ -144,10 +147,10 @@ def cuda_skip(params: dict, device: str) -> str:
     return ""
 
 
-def perf_cells(lab: dict, device: str, perf_table: list[str]) -> dict[str, list[Cell]]:
+def perf_cells(lab: dict, device: str, perf_table: list[str], headline: str = "") -> dict[str, list[Cell]]:
     """The perf cells by part of the plan (module doc): "headline" (1), "table" (3), "triton" (5)
     and "ladder" (7), each in campaign order; `perf_table` narrows the hand-written cells (empty:
-    all that perf.select keeps)."""
+    all that perf.select keeps); `headline` names the rung that leads (default: the last)."""
     section = lab.get("perf") or {}
     selected = cells(lab, "perf")
     generated = ladder_cells(section.get("ladder") or {})
@@ -161,7 +164,8 @@ def perf_cells(lab: dict, device: str, perf_table: list[str]) -> dict[str, list[
         base = [c for c in todo if c.cell == f"{shape}_baseline"]
         rungs = [c for c in todo if c.cell.startswith(f"{shape}_ladder_")]
         runnable = [c for c in rungs if not c.skip]
-        lead = runnable[-1:] if runnable else rungs[-1:]
+        named = [c for c in runnable if c.cell == f"{shape}_ladder_{headline}"]
+        lead = named or (runnable[-1:] if runnable else rungs[-1:])
         rest = [c for c in rungs if c not in lead] + [c for c in todo if c not in base and c not in rungs]
         out += base + lead + rest
         head = head or base + lead  # the first shape with cells selected
@@ -224,7 +228,7 @@ def require_packages(plan: list[Cell]) -> None:
 def build_plan(lab: dict, settings: dict) -> list[Cell]:
     """Every cell of the campaign, in the order it runs (module doc)."""
     device = lab["device"]
-    perf = perf_cells(lab, device, settings["perf_table"])
+    perf = perf_cells(lab, device, settings["perf_table"], settings["headline"])
     plan = perf["headline"] + [job(lab, "gpt_parity", n, "gpt_parity") for n in cells(lab, "gpt_parity")]
     plan += perf["table"]
     corpus = job(lab, "prepare_corpus", "main", "gpt_train")

@@ -192,6 +192,54 @@ def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
 
 
+TARGETS = {"x_baseline": 10.0, "mfu_published": 0.45}  # = plan.SETTINGS' (a ledger older than the key)
+
+
+def judged(low: float | None, high: float | None, target: float) -> str:
+    """met / not met where the interval decides it, else not decided."""
+    if low is None or high is None:
+        return "not decided (no interval)"
+    return "met" if low >= target else "not met" if high < target else "not decided"
+
+
+def headline(facts: dict, recs: dict[str, dict]) -> list[str]:
+    """The first ladder shape's leading rung (the campaign's `headline`, else its last cumulative
+    rung that finished) against the targets: × baseline by its 95 % interval, MFU against the
+    published peak by the timed steps' p10-p90 (MFU is tokens/s times a constant)."""
+    settings = facts.get("settings") or {}
+    targets = {**TARGETS, **(settings.get("targets") or {})}
+    rungs = sorted(
+        (r for n, r in recs.items() if n.startswith("perf/") and r.get("status") == "ok"),
+        key=ladder_order,
+    )
+    rungs = [r for r in rungs if ladder_order(r)[:1] == (0,) and ladder_order(r)[2] == 1]
+    if not rungs:
+        return ["No cumulative ladder rung finished: no headline."]
+    shape = ladder_order(rungs[0])[1]
+    rungs = [r for r in rungs if ladder_order(r)[1] == shape]
+    named = [r for r in rungs if settings.get("headline") and r["cell"] == f"{shape}_ladder_{settings['headline']}"]
+    rec = (named or rungs)[-1]
+    ratio, low, high = (value(rec, PERF.columns[c]) for c in ("× baseline", "low", "high"))
+    tps, p10, p90 = (value(rec, PERF.columns[c]) for c in ("tokens/s", "p10", "p90"))
+    mfu = value(rec, PERF.columns["MFU (published peak)"])
+    mfu_lo, mfu_hi = (mfu * q / tps if mfu is not None and tps and q else None for q in (p10, p90))
+    x_target, m_target = targets["x_baseline"], targets["mfu_published"]
+    rows = [
+        {
+            "target": f"× the fp32 eager baseline ≥ {fmt(x_target, 3)}",
+            "measured": f"{fmt(ratio, 3)} [{fmt(low, 3)}, {fmt(high, 3)}] (95 %)",
+            "verdict": judged(low, high, x_target),
+        },
+        {
+            "target": f"MFU against the published dense peak ({value(rec, 'info.published_peak')}) ≥ {m_target:.0%}",
+            "measured": f"{mfu:.1%} [{mfu_lo:.1%}, {mfu_hi:.1%}] (p10-p90 of the steps)" if mfu_lo else str(mfu),
+            "verdict": judged(mfu_lo, mfu_hi, m_target),
+        },
+    ]
+    what = value(rec, "info.desc") or rec["cell"]
+    return [f"`perf/{rec['cell']}` ({what}); tokens/s {fmt(tps, 4)}.", "", to_markdown(pd.DataFrame(rows))]
+
+
 def not_run(facts: dict, recs: dict[str, dict]) -> pd.DataFrame:
     """Every planned (ledger) or recorded cell that did not finish ok, with its reason."""
     rows = {n: (r["status"], r.get("reason", "")) for n, r in recs.items() if r["status"] != "ok"}
@@ -212,9 +260,13 @@ def gpu_facts(env: dict) -> str:
     return f" ({env['device_memory_gib']} GiB, compute capability {env['compute_capability']})" if "gpus" in env else ""
 
 
-def render(out: Path) -> tuple[str, str]:
-    """(file name, Markdown) of the record of the campaign (or DAG) folder `out`."""
+def render(out: Path, commit: str | None = None) -> tuple[str, str]:
+    """(file name, Markdown) of the record of the campaign (or DAG) folder `out`; `commit` names
+    the commit that ran where the ledger's is a device copy's (its note says which it named)."""
     facts = facts_of(out)
+    if commit and commit != facts.get("commit"):
+        said = f"the ledger named {facts.get('commit')} (the device copy's .git); the tree that ran was {commit}"
+        facts = {**facts, "commit": commit, "note": "; ".join(filter(None, [facts.get("note"), said]))}
     recs = cell_records(out, facts)
     env = facts["env"]
     versions = ", ".join(f"{k} {v}" for k, v in sorted(env.get("versions", {}).items()))
@@ -236,8 +288,10 @@ def render(out: Path) -> tuple[str, str]:
         lines.append(f"- **carried** (ok in an earlier call, --skip-done): from {'; '.join(carried)}")
     if facts.get("note"):
         lines.append(f"- **note**: {facts['note']}")
-    if facts.get("wheels"):
-        lines += ["", "## Wheels", "", "```", *facts["wheels"], "```"]
+    if facts.get("wheels"):  # the summary line; campaign.json lists every wheel
+        lines.append(f"- **wheels**: {facts['wheels'][0]}")
+    lines += ["", "## Headline: the targets", ""]
+    lines += headline(facts, recs)
     lines += ["", "## Perf ladder and table", ""]
     table = perf_table(recs)
     lines.append(to_markdown(table, 4) if not table.empty else "No perf cell finished.\n")
@@ -267,9 +321,9 @@ def log_tails(facts: dict, n: int = 15) -> list[str]:
     return out
 
 
-def write_record(out: Path, to: Path | None = None) -> Path:
+def write_record(out: Path, to: Path | None = None, commit: str | None = None) -> Path:
     """Write the record under `to` (default: `out`/docs/results); returns its path."""
-    name, text = render(Path(out))
+    name, text = render(Path(out), commit)
     dest = Path(to) if to else Path(out) / "docs" / "results"
     dest.mkdir(parents=True, exist_ok=True)
     (dest / name).write_text(text)
@@ -280,10 +334,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = cli_parser("python -m steps.campaign.record", __doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="a campaign's --out folder, or a DAG's working folder")
     ap.add_argument("--to", type=Path, help="where the record goes (default FOLDER/docs/results)")
+    ap.add_argument(
+        "--commit",
+        help="the commit the device ran (a ledger written before N00BGPT_GIT_COMMIT named its device copy's .git)",
+    )
     args = ap.parse_args(argv)
     if not (args.folder / "results").is_dir() and not (args.folder / "campaign.json").exists():
         ap.error(f"{args.folder}: no campaign.json or results/ (give a campaign's --out or a DAG's working folder)")
-    print(write_record(args.folder, args.to))
+    print(write_record(args.folder, args.to, args.commit))
 
 
 if __name__ == "__main__":

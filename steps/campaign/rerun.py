@@ -30,6 +30,15 @@ def load_done(path: Path) -> tuple[str, dict[str, dict]]:
     return source, done
 
 
+def same_config(c: Cell, record: dict) -> bool:
+    """Whether the earlier record ran the config this plan gives the cell (a ladder reordered
+    since keeps its cell names, t1024_ladder_<step>, for other stacks of changes)."""
+    ran = (record.get("info") or {}).get("params")
+    if not isinstance(ran, dict):
+        return True  # a stage whose record keeps no params: the name decides
+    return all(ran[k] == v for k, v in c.params.items() if k in ran)
+
+
 def carry_done(plan: list[Cell], done: dict[str, dict], work: Path, ledger, source: str) -> list[str]:
     """Mark the plan's cells that `done` holds as carried in `ledger` and restore their records
     under `work`; returns their names. Walks the plan backwards: a data cell is carried only when
@@ -40,7 +49,7 @@ def carry_done(plan: list[Cell], done: dict[str, dict], work: Path, ledger, sour
         if c.skip:
             continue
         needed = "data" in c.outputs and any(c.name in d.after for d in plan if d.name in runs)
-        if c.name in done and not needed:
+        if c.name in done and not needed and same_config(c, done[c.name]["record"]):
             carried.append(c)
         else:
             runs.add(c.name)

@@ -84,6 +84,10 @@ def machine() -> dict[str, str]:
 
 
 def git_commit() -> str:
+    """HEAD (+ "-dirty"), or $N00BGPT_GIT_COMMIT where it is set: a copy of the tree whose .git is
+    not its own (the GPU device machine's copy carries an older clone's .git)."""
+    if os.environ.get("N00BGPT_GIT_COMMIT"):
+        return os.environ["N00BGPT_GIT_COMMIT"]
     root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
