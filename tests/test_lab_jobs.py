@@ -105,6 +105,15 @@ def test_the_terminal_names_the_signal_not_the_progress_bar(lab_of_95_jobs):
     assert lines == ["perf[k9] killed (SIGKILL)"]
 
 
+def test_a_job_its_lifeline_ended_is_killed_not_failed():
+    """steps/lifeline.py ends a job whose snakemake died (failed.json 'killed: snakemake (pid N) is
+    gone'): the jobs table says killed and why, not failed; a job's own error stays failed."""
+    gone = jobs.classify(jobs.Job("perf", "a", "failed", "killed: snakemake (pid 4242) is gone"), "", {})
+    assert (gone.status, gone.shown_status) == ("killed", "killed (its snakemake died)")
+    own = jobs.classify(jobs.Job("perf", "b", "failed", "ValueError: killed: not a lifeline line"), "", {})
+    assert own.status == "failed"
+
+
 def test_exit_codes_name_their_signal():
     assert (jobs.exit_signal(137), jobs.exit_signal(-9), jobs.exit_signal(143)) == ("SIGKILL", "SIGKILL", "SIGTERM")
     assert jobs.exit_signal(1) == "" and jobs.exit_signal(0) == ""

@@ -23,6 +23,8 @@ from steps import paths
 
 COMMAND_LINE = re.compile(r"Command '(.*)' (?:returned non-zero exit status (-?\d+)|died with <Signals\.(\w+): \d+>)")
 CAUGHT = re.compile(r"killed by signal (\d+)")
+# the ending steps/lifeline.py gives a job whose snakemake died (steps/core/job.py: failed.json, run FAILED)
+ORPHANED = re.compile(r"killed: (.+) \(pid \d+\) is gone")
 STATUSES = ("ok", "failed", "killed", "skipped")
 
 
@@ -85,6 +87,10 @@ def caught_signal(error: str) -> str:
 def classify(job: Job, job_log: str, commands: dict[str, str]) -> Job:
     """A failed or never-closed job that a signal ended becomes `killed` with the signal's name."""
     if job.status not in ("failed", "running"):
+        return job
+    gone = ORPHANED.search(job.why or "")
+    if gone:  # not a failure of the job's own: its snakemake died and the lifeline ended it
+        job.status, job.signal = "killed", f"its {gone.group(1)} died"
         return job
     name = caught_signal(job.why) or signal_of(job_log, commands)
     if name or job.status == "running":
