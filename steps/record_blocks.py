@@ -198,7 +198,11 @@ def headline(records: list[Record], link: Link) -> str:
         ("MCQ fine-tuned, best test MAP@3 (chance 0.367)", key_number("mcq_finetune")),
         ("our GPT vs HF (the models the record ran): worst fp64 gradient error", key_number("gpt_parity")),
         ("sharding: worst parity error ÷ tolerance", key_number("sharding")),
-        ("scale (simulated H100s): worst predicted ÷ published tokens/s per GPU", key_number("scale")),
+        (
+            "scale (simulated H100s): worst predicted ÷ published tokens/s per GPU (Mixtral's 'published': "
+            "derived from Megatron's 468 TFLOPS on another plan)",
+            key_number("scale"),
+        ),
         ("inference: KV-cache decode × uncached at the longest context, interleaved", KV_CACHE),
     ]
     note = (
@@ -281,7 +285,10 @@ def inference(records: list[Record], link: Link) -> str:
             with_interval("inference", "kv_cache", *KV_SPEEDUP),
         ),
         ("kv_cache: cache bytes = formula (1 = exactly)", inf("kv_cache", "cache bytes = formula")),
-        ("attention: MQA cache bytes ÷ MHA's / max batch × MHA's (measured)", inf("attention", *MQA_MEMORY)),
+        (
+            "attention: MQA cache bytes ÷ MHA's (measured) / max batch × MHA's (computed from them)",
+            inf("attention", *MQA_MEMORY),
+        ),
         (
             "attention: MQA decode tokens/s × MHA's at the longest context, 95 % interval",
             with_interval("inference", "attention", *MQA_DECODE),

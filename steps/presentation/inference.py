@@ -22,7 +22,7 @@ KIND_COLUMNS = {
         "× MHA low",
         "× MHA high",
         "× MHA pairs",
-        "max batch = formula",
+        "max batch (computed) = formula",
     ],
     "batching": ["tokens/s B1", "tokens/s best", "throughput gain", "ms/token B1", "ms/token max B"],
     "vs_hf": [
@@ -69,7 +69,7 @@ SHOWN = Presentation(
         "× MHA low": "metrics.mqa_decode_vs_mha_low",
         "× MHA high": "metrics.mqa_decode_vs_mha_high",
         "× MHA pairs": "metrics.mqa_decode_vs_mha_pairs",
-        "max batch = formula": "metrics.max_batch_match",
+        "max batch (computed) = formula": "metrics.max_batch_match",
         "tokens/s B1": "metrics.decode_tokens_per_s_b1",
         "tokens/s best": "metrics.decode_tokens_per_s_max",
         "throughput gain": "metrics.throughput_gain",
