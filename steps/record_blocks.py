@@ -113,6 +113,38 @@ def key_ratio(stage: str, pairs_column: str) -> Callable[[Record], str]:
     return get
 
 
+SAME_BATCH = ("batch_size", "grad_accum")  # a change of these is not one change at the same batch
+
+
+def perf_fair(r: Record) -> str:
+    """The fair perf comparison: the best cell that makes one change from the baseline at the same
+    batch, "1.57 [1.45, 1.70] (amp_bf16, 20 pairs)", or that none of them beat it beyond noise."""
+    rows = []
+    for row in r.tables.get("perf", []):
+        change = [c.strip() for c in row.get("Change", "").split(",") if c.strip()]
+        ok = row.get("status") == "ok" and len(change) == 1 and not change[0].startswith(SAME_BATCH)
+        try:
+            ratio, low, high = (float(row[c]) for c in ("× baseline", "low", "high"))
+        except (KeyError, ValueError):
+            continue
+        if ok:
+            rows.append((low, ratio, high, row))
+    if not rows:
+        return ""
+    low, ratio, high, row = max(rows, key=lambda t: (t[0] > 1, t[1]))
+    if low <= 1:
+        counts = sorted({x[3].get("pairs", "") for x in rows} - {""})
+        return (
+            f"none: no single change beat the baseline beyond noise ({pairs_text(counts[0]) if counts else NO_PAIRS})"
+        )
+    interval = f"{fmt_number(ratio)} [{fmt_number(low)}, {fmt_number(high)}]"
+    return f"{interval} ({row['cell']}, {pairs_text(row.get('pairs', ''))})"
+
+
+def fmt_number(x: float) -> str:
+    return f"{x:.4g}"
+
+
 KV_CACHE = key_ratio("inference", "speed-up pairs")  # the headline's KV-cache speed-up with its pairs
 
 
@@ -193,7 +225,11 @@ def headline(records: list[Record], link: Link) -> str:
         ("the default DAG, `snakemake --cores 2`: wall time (jobs)", wall),
         (f"word2vec per pair (word2vec.c's sampling, as gensim) vs gensim, {interval}", vs_gensim("sgd_perpair")),
         ("word2vec shared negatives (one draw per window: fewer samples than gensim)", vs_gensim("sgd")),
-        ("perf: best cell vs the fp32 eager baseline, 95 % interval above 1", key_ratio("perf", "pairs")),
+        ("perf, fair: best single change at the baseline's batch vs the fp32 eager baseline, 95 % interval", perf_fair),
+        (
+            "perf, favourable: best cell of any (stacked changes, other batch sizes) vs the baseline, interval above 1",
+            key_ratio("perf", "pairs"),
+        ),
         ("miniTorch fast backend vs torch eager, GPT step (target within 4×: ≥ 0.25×)", torch_ratio("gpt_fast", True)),
         ("MCQ fine-tuned, best test MAP@3 (chance 0.367)", key_number("mcq_finetune")),
         ("our GPT vs HF (the models the record ran): worst fp64 gradient error", key_number("gpt_parity")),
