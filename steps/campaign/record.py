@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from steps.campaign.plan import SETTINGS
 from steps.core.cli import parser as cli_parser
 from steps.presentation.perf import SHOWN as PERF
 from steps.tables import fmt, to_markdown
@@ -192,9 +193,6 @@ def stage_table(stage: str, recs: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).dropna(axis=1, how="all") if rows else pd.DataFrame()
 
 
-TARGETS = {"x_baseline": 10.0, "mfu_published": 0.45}  # = plan.SETTINGS' (a ledger older than the key)
-
-
 def judged(low: float | None, high: float | None, target: float) -> str:
     """met / not met where the interval decides it, else not decided."""
     if low is None or high is None:
@@ -207,7 +205,7 @@ def headline(facts: dict, recs: dict[str, dict]) -> list[str]:
     rung that finished) against the targets: × baseline by its 95 % interval, MFU against the
     published peak by the timed steps' p10-p90 (MFU is tokens/s times a constant)."""
     settings = facts.get("settings") or {}
-    targets = {**TARGETS, **(settings.get("targets") or {})}
+    targets = {**SETTINGS["targets"], **(settings.get("targets") or {})}  # a ledger older than the key: defaults
     rungs = sorted(
         (r for n, r in recs.items() if n.startswith("perf/") and r.get("status") == "ok"),
         key=ladder_order,
