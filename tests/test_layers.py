@@ -213,3 +213,39 @@ def test_report_reads_every_presentation_without_torch_jax_or_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# The floors: steps.core (the job runner) stands on steps.tracking (MLflow), which stands on the
+# leaves below; neither imports anything above them, and tracking never reaches back up into core
+# (issue 48: core.job -> tracking.mlflow_run -> tracking.views -> core.stage was a circle of rooms).
+FLOOR_LEAVES = {
+    "steps.config",
+    "steps.paths",
+    "steps.tables",
+    "steps.lifeline",
+    "steps.presentation",
+    "steps.commandline",
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "steps" else parts[0]
+
+
+@pytest.mark.parametrize("room", ["steps.core", "steps.tracking"])
+def test_the_floors_import_nothing_above_them(room):
+    below = {"steps.tracking": FLOOR_LEAVES, "steps.core": FLOOR_LEAVES | {"steps.tracking"}}[room]
+    found = {
+        name: sorted(t for t in edges if t.startswith("steps") and _room(t) not in below | {room, "steps"})
+        for name, edges in graph().items()
+        if _room(name) == room
+    }
+    assert {name: ts for name, ts in found.items() if ts} == {}
+    # the leaves import no room of steps but their own (steps.config's own submodules)
+    leaves = {
+        name: sorted(t for t in edges if t.startswith("steps.") and _room(t) != _room(name))
+        for name, edges in graph().items()
+        if _room(name) in FLOOR_LEAVES and not (name.startswith("steps.presentation.") and name.count(".") >= 2)
+    }
+    assert {name: ts for name, ts in leaves.items() if ts} == {}

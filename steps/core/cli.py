@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from steps.commandline import parser
+
 
 @dataclass
 class JobArgs:
@@ -17,18 +19,6 @@ class JobArgs:
     inputs: dict[str, str]
     outputs: dict[str, str]
     mlflow: bool
-
-
-class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """`--help` shows each option's default ("(default: 60)"), except where there is none (None, "")."""
-
-    def _get_help_string(self, action):
-        return action.help if action.default in (None, "") else super()._get_help_string(action)
-
-
-def parser(prog: str, description: str | None = None) -> argparse.ArgumentParser:
-    """The lab's command lines: one parser style, whose `--help` shows the defaults."""
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=DefaultsFormatter)
 
 
 def _pairs(items: list[str], flag: str, ap: argparse.ArgumentParser) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.core.stage import Presentation
+from steps.presentation import Presentation
 
 # the columns each kind of cell fills (the rest stay empty in its row)
 KIND_COLUMNS = {

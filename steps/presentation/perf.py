@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from steps.core.stage import Presentation
+from steps.presentation import Presentation
 
 
 def report_figures(table, out_dir, folders):

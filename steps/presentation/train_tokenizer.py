@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from steps.core.stage import Presentation
+from steps.presentation import Presentation
 
 SHOWN = Presentation(
     columns={

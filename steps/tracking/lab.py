@@ -25,8 +25,8 @@ from pathlib import Path
 from mlflow.entities import Metric, Param
 
 from steps import paths
+from steps.commandline import parser as cli_parser
 from steps.config import cells
-from steps.core.cli import parser as cli_parser
 from steps.tracking import store, views
 from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
 from steps.tracking.jobs import (

@@ -22,7 +22,7 @@ import json
 import struct
 import time
 
-from steps.core.stage import presentation
+from steps.presentation import presentation
 from steps.tracking.describe import VIEW_KEY
 
 TAG_PREFIX = "mlflow.sharedViewState."
