@@ -208,6 +208,15 @@ def die_with_snakemake() -> None:
         threading.Thread(target=_end_job, args=(pid, "snakemake"), name="lifeline", daemon=True).start()
 
 
+def die_with_caller(pid: int) -> None:
+    """A job forked by the job server (steps/jobserver.py): it ends as a job ends when snakemake dies,
+    when `pid` exits: the `python -m steps.<stage>` that handed it over, whose own lifeline watches
+    snakemake (and which snakemake's Ctrl-C or kill reaches). The server above it is no job's shell."""
+    global _watching, _shell
+    _watching, _shell = os.getpid(), None
+    threading.Thread(target=_end_job, args=(pid, "the job's command"), name="lifeline", daemon=True).start()
+
+
 def die_with_owner() -> None:
     """A launched process's first call: stop with the process named in OWNER_ENV, if any."""
     owner = os.environ.get(OWNER_ENV)

@@ -12,8 +12,11 @@
 import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 
+from steps import jobserver
 from steps.core import runcache
 from steps.config.sweep import sweep_of, sweep_plan
 from steps.core.sources import source_hash
@@ -146,3 +149,32 @@ def lab_run(action, status="FINISHED", snakemake_log=None):
     logs = [snakemake_log] if isinstance(snakemake_log, str) else list(snakemake_log or [])  # a list in Snakemake 9
     cmd += ["--status", status] + (["--snakemake-log", str(logs[0])] if logs else [])
     subprocess.run(cmd)
+
+
+def job_server(action):
+    """Start (onstart) or stop (onsuccess/onerror) this invocation's job server (steps/jobserver/):
+    jobs forked from one process with MLflow and torch loaded, on a local run only; a cluster's jobs
+    start on their own. `N00BGPT_JOBSERVER=off` turns it off. Its socket reaches the jobs in the
+    environment; a job that finds no server runs in its own process, as before."""
+    global _job_server
+    if action == "start":
+        if os.environ.get(jobserver.SOCKET_ENV) == "off" or not workflow.local_exec or workflow.dryrun:
+            return
+        folder = tempfile.mkdtemp(prefix="n00bgpt-jobs-")
+        sock = os.path.join(folder, "socket")
+        log_file = open(os.path.join(folder, "server.log"), "w")
+        _job_server = (subprocess.Popen([sys.executable, "-m", "steps.jobserver", sock], stdout=log_file,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), folder)
+        os.environ[jobserver.SOCKET_ENV] = sock
+        return
+    if not globals().get("_job_server"):
+        return
+    proc, folder = _job_server
+    _job_server = None
+    os.environ.pop(jobserver.SOCKET_ENV, None)
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    shutil.rmtree(folder, ignore_errors=True)

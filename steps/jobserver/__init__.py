@@ -1,0 +1,313 @@
+"""The job server: the DAG's jobs forked from one warm process instead of each starting Python anew.
+
+A job that only opens its MLflow run, logs and closes spends most of its CPU importing (MLflow with
+its SQLAlchemy store, torch, pandas: 4-5 CPU-s of a 5 CPU-s no-op job on a 2-core EPYC; docs/pipeline.md
+"The fixed cost of a job"). So, on a local run, the Snakefile starts this server when the DAG starts
+(`onstart`) and stops it at the end; it imports PRELOAD once and listens on a Unix socket named in
+SOCKET_ENV. Each job's command stays the same, `python -m steps.<stage> ...`: importing `steps` (before
+the stage's own imports, steps/__init__.py) calls `delegate()`, which hands the job to the server when
+one answers, and runs it in its own process as before when none does (no server, another environment,
+a cluster job, any error of the hand-over).
+
+The same job, forked:
+- arguments, working folder, environment (the whole of the caller's; a job whose environment differs
+  from the server's in a variable a library reads at import runs on its own: `blocking`), umask, and
+  stdin/stdout/stderr (the caller's own file descriptors, passed over the socket: its log file);
+- the exit status: the forked job sends it back and the caller exits with it; a forked job killed
+  without one (SIGKILL, OOM) is a failed job (exit 1, one line in the log);
+- signals: the caller forwards SIGTERM/SIGINT/SIGHUP to the forked job (snakemake's Ctrl-C);
+- the lifeline (steps/lifeline.py): the forked job watches its caller, whose own lifeline watches
+  snakemake: when snakemake (or the caller) dies, the job ends its MLflow run FAILED and exits within
+  seconds, as a job in its own process does.
+
+Off on a cluster (the Snakefile starts no server unless jobs run on this host: `workflow.local_exec`),
+and with `N00BGPT_JOBSERVER=off` (or an empty SOCKET_ENV). Linux only. Stdlib only at module level:
+every job imports this before anything else.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_ENV = "N00BGPT_JOBSERVER"  # the server's socket path (set by the Snakefile for local runs)
+# Imported by the server before it forks: what nearly every job imports, the MLflow store included.
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "torch",
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "steps.core.job",
+    "steps.core.stage",
+)
+# Read when a run starts or a request is sent, never when a library is imported: a job may differ
+# from the server in these and still fork (tests/forked_stage.py keeps the same list for the tests).
+RUN_TIME = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "N00BGPT_LAB_RUN",
+        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT",
+        "_MLFLOW_TELEMETRY_SESSION_ID",
+        "DISABLE_MLFLOW_INTEGRATION",
+        "KMP_DUPLICATE_LIB_OK",
+        "COLUMNS",
+        "OLDPWD",
+        "PWD",
+        "SHLVL",
+        "_",
+        "PS1",
+        SOCKET_ENV,
+        # the temporary folder: read by `tempfile` when first asked, which the forked job resets
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "TEMPDIR",
+    }
+)
+# Snakemake sets these to each job's `threads`; the libraries loaded in the server read them at load,
+# so the forked job applies its own count instead (`apply_threads`): torch's, OpenMP's and BLAS's pools.
+THREAD_VARS = frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "GOTO_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+    }
+)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def blocking(env: dict, server_env: dict) -> list[str]:
+    """The variables that keep a job in `env` from forking under a server started in `server_env`."""
+    a = {k: v for k, v in env.items() if k not in RUN_TIME | THREAD_VARS}
+    b = {k: v for k, v in server_env.items() if k not in RUN_TIME | THREAD_VARS}
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def threads_of(env: dict) -> int | None:
+    """The thread count the job's environment asks for (Snakemake's `threads`), None if it names none
+    or they disagree."""
+    counts = {env[k] for k in THREAD_VARS if k in env}
+    if len(counts) != 1:
+        return None
+    try:
+        return max(1, int(counts.pop()))
+    except ValueError:
+        return None
+
+
+def _send(conn: socket.socket, obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    conn.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv(conn: socket.socket) -> dict | None:
+    head = _recv_exact(conn, 4)
+    if head is None:
+        return None
+    body = _recv_exact(conn, struct.unpack("!I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        try:
+            chunk = conn.recv(n - len(buf))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+# ---- the caller: `python -m steps.<stage>` -------------------------------------------------------
+
+
+def _stage_module(argv: list[str]) -> str | None:
+    """`steps.<stage>` when this process is `python -m steps.<stage> ...` for a job, else None."""
+    if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("steps."):
+        return None
+    module = argv[2]
+    if module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")) or "--cfg" not in argv[3:]:
+        return None  # the run cache, the lab run, the server itself, a --help: not a stage job
+    return module
+
+
+def delegate() -> None:
+    """Run this job in the server and exit with its status, when a server answers; else return (the job
+    runs here, as it always did)."""
+    path = os.environ.get(SOCKET_ENV, "")
+    argv = list(getattr(sys, "orig_argv", []))
+    module = _stage_module(argv)
+    if not path or path == "off" or module is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        umask = os.umask(0)
+        os.umask(umask)
+        request = {
+            "module": module,
+            "args": argv[3:],
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": umask,
+            "caller": os.getpid(),
+        }
+        data = json.dumps(request).encode()
+        socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
+        answer = _recv(conn)
+    except (OSError, ValueError):
+        return  # no server (gone, never started): run here
+    if not answer or "pid" not in answer:
+        conn.close()
+        if answer and answer.get("why"):
+            print(f"job server: {answer['why']}; running this job in its own process", file=sys.stderr, flush=True)
+        return
+    child = answer["pid"]
+
+    def forward(signum, frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    end = _recv(conn)
+    if end is None:
+        print(
+            f"job server: the forked job (pid {child}) ended without an exit status (killed by a signal?)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+    os._exit(int(end.get("exit", 1)))
+
+
+# ---- the server: `python -m steps.jobserver SOCKET` ---------------------------------------------
+
+
+def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit."""
+    import runpy
+    import traceback
+
+    from steps import lifeline
+
+    listener.close()
+    _send(conn, {"pid": os.getpid()})  # first, from here: the caller forwards its signals to this pid
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in zip((0, 1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own descriptors, kept open
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.umask(request["umask"])
+    os.chdir(request["cwd"])
+    sys.argv = [request["module"], *request["args"]]
+    sys.path.insert(0, request["cwd"])  # `python -m` puts the working folder first
+    lifeline.die_with_caller(request["caller"])
+    code: int | str | None = 0
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:  # noqa: BLE001 - what python -m would print, then exit 1
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    code = int(code or 0)
+    with lifeline.finishing():  # done: the caller exiting after this status is no death to act on
+        pass
+    with contextlib.suppress(OSError):
+        _send(conn, {"exit": code})
+    os._exit(code)
+
+
+def _reap(signum, frame) -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def serve(path: str) -> None:
+    """Import PRELOAD, then fork one process per job that connects, until SIGTERM or snakemake's end."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    started_env = dict(os.environ)
+    signal.signal(signal.SIGCHLD, _reap)
+    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = f"{path}.{os.getpid()}"
+    listener.bind(tmp)
+    listener.listen(64)
+    os.replace(tmp, path)  # the socket appears only once the server can fork: earlier jobs run on their own
+    print(f"job server {os.getpid()}: {len(PRELOAD)} modules loaded, listening on {path}", flush=True)
+    try:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except InterruptedError:
+                continue
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 3)
+                head = msg[:4]
+                body = msg[4:]
+                while len(body) < struct.unpack("!I", head)[0]:
+                    more = conn.recv(1 << 22)
+                    if not more:
+                        break
+                    body += more
+                request = json.loads(body)
+            except (OSError, ValueError, struct.error):
+                conn.close()
+                continue
+            why = blocking(request["env"], started_env)
+            if why or len(fds) != 3:
+                with contextlib.suppress(OSError):
+                    _send(conn, {"why": f"its environment differs from the server's in {', '.join(why[:5])}"})
+                conn.close()
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if os.fork() == 0:
+                _child(conn, listener, request, fds)
+            for fd in fds:
+                os.close(fd)
+            conn.close()  # the forked job holds its own copy: it sends its pid, then its exit status
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m steps.jobserver SOCKET_PATH")
+    serve(sys.argv[1])

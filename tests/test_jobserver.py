@@ -1,0 +1,138 @@
+"""The job server (steps/jobserver/): a job's real command, `python -m steps.<stage> ...`, handed to a
+server started as the Snakefile starts it, gives what the same command gives in its own process: its
+files, log lines and exit status; a bad job fails with the same line; the caller's death or SIGTERM
+ends the forked job within seconds with its MLflow run FAILED; a job whose environment the server
+cannot give runs on its own. Real processes only: the server, the commands, the MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steps import jobserver
+from steps.tracking import store
+from tests.conftest import clean_env, io_args, smoke_params, stage_paths
+
+pytestmark = pytest.mark.slow
+
+FORKED = "job server: forked from pid"
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A job server on a socket in tmp_path, in the tests' job environment; yields its socket path."""
+    sock = tmp_path / "jobs.sock"
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed below
+    cmd = [sys.executable, "-m", "steps.jobserver", str(sock)]
+    proc = subprocess.Popen(cmd, env=clean_env(), stdout=log, stderr=log)
+    t0 = time.time()
+    while not sock.exists():
+        assert proc.poll() is None, (tmp_path / "server.log").read_text()
+        assert time.time() - t0 < 180, "the job server did not listen within 180 s"
+        time.sleep(0.2)
+    yield str(sock)
+    proc.terminate()
+    proc.wait(30)
+    log.close()
+
+
+def job(work: Path, stage: str, cell: str = "main", over: dict | None = None) -> list[str]:
+    """The job's command as its rule writes it, with the smoke config's params (and `over`)."""
+    params = {**smoke_params(stage, cell), **(over or {})}
+    cfg = {
+        "stage": stage,
+        "cell": cell,
+        "params": params,
+        "common": {"seed": 1234, "device": "cpu", "threads": 1, "tracking": {"uri": None}},
+    }
+    inputs, outputs = stage_paths(stage, cell)
+    return [sys.executable, "-m", f"steps.{stage}", *io_args(inputs, outputs), "--cfg", json.dumps(cfg)]
+
+
+def run(work: Path, cmd: list[str], sock: str | None, **kw) -> subprocess.CompletedProcess:
+    env = {**clean_env(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env[jobserver.SOCKET_ENV] = sock or "off"
+    return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600, **kw)
+
+
+def test_a_forked_job_gives_what_its_own_process_gives(tmp_path, server):
+    work = tmp_path / "work"
+    work.mkdir()
+    forked = run(work, job(work, "prepare_corpus"), server)
+    assert forked.returncode == 0, forked.stderr[-3000:]
+    assert FORKED in forked.stderr  # it ran in the server's child, not here
+    record = json.loads((work / "results/prepare_corpus/main/metrics.json").read_text())
+    assert record["status"] == "ok"
+    run_id = record["run_id"]
+    assert store.client(f"sqlite:///{work / 'results/mlflow.db'}").get_run(run_id).info.status == "FINISHED"
+
+    # the same job in its own process (no server): the same metrics
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    own = run(alone, job(alone, "prepare_corpus"), None)
+    assert own.returncode == 0 and FORKED not in own.stderr, own.stderr[-3000:]
+    mine = json.loads((alone / "results/prepare_corpus/main/metrics.json").read_text())
+    untimed = lambda m: {k: v for k, v in m.items() if not k.endswith("_s")}  # noqa: E731 - wall times differ
+    assert untimed(mine["metrics"]) == untimed(record["metrics"]) and len(untimed(mine["metrics"])) > 3
+
+    # a bad job: the same exit status and the same last line as in its own process
+    bad = job(work, "prepare_corpus", over={"max_documents": "many"})
+    a, b = run(work, bad, server), run(alone, bad, None)
+    assert a.returncode == b.returncode != 0
+    assert a.stderr.strip().splitlines()[-1] == b.stderr.strip().splitlines()[-1]
+
+
+def test_the_job_ends_with_its_caller(tmp_path, server):
+    """SIGTERM to the command (snakemake's Ctrl-C reaches it, not the server's child) is forwarded: the
+    job fails with its line; SIGKILL of the command (its snakemake died) ends the forked job within 5 s,
+    its run FAILED, without metrics.json."""
+    work = tmp_path / "work"
+    work.mkdir()
+    assert run(work, job(work, "prepare_corpus"), server).returncode == 0
+    long_job = job(work, "word2vec", "sgd", over={"epochs": 10_000})
+    folder = work / "results/word2vec/sgd"
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        env = {**clean_env(), jobserver.SOCKET_ENV: server}
+        log = open(tmp_path / f"job-{how.name}.log", "w+")  # noqa: SIM115
+        caller = subprocess.Popen(long_job, cwd=work, env=env, stdout=log, stderr=log)
+        t0 = time.time()
+        while "word2vec:" not in Path(log.name).read_text():
+            assert caller.poll() is None and time.time() - t0 < 300, Path(log.name).read_text()[-3000:]
+            time.sleep(0.2)
+        child = int(Path(log.name).read_text().split(FORKED)[1].split("pid ")[1].split(")")[0])
+        caller.send_signal(how)
+        caller.wait(60)
+        t1 = time.time()
+        while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            assert time.time() - t1 < 5, f"the forked job ran on {time.time() - t1:.1f} s after its caller's {how.name}"
+            time.sleep(0.1)
+        text = Path(log.name).read_text()
+        assert caller.returncode != 0, text[-2000:]
+        assert not (folder / "metrics.json").exists()
+        failed = json.loads((folder / "failed.json").read_text())
+        assert store.client(f"sqlite:///{work / 'results/mlflow.db'}").get_run(failed["run_id"]).info.status == "FAILED"
+        if how == signal.SIGTERM:
+            assert "killed by signal 15" in text
+        else:
+            assert "the job's command" in failed["error"]
+        log.close()
+        (folder / "failed.json").unlink()
+
+
+def test_a_job_the_server_cannot_give_its_environment_runs_on_its_own(tmp_path, server):
+    work = tmp_path / "work"
+    work.mkdir()
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: a job that sets it otherwise cannot fork
+    other = "0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1"
+    env = {**clean_env(), jobserver.SOCKET_ENV: server, "HF_HUB_OFFLINE": other}
+    proc = subprocess.run(job(work, "prepare_corpus"), cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FORKED not in proc.stderr
+    assert "its environment differs from the server's in HF_HUB_OFFLINE" in proc.stderr
