@@ -79,10 +79,15 @@ def apply_threads(n: int | None) -> None:
     torch.set_num_threads(n)
 
 
-def _reap(signum, frame) -> None:
+def _reap() -> None:
+    """Collect the forked jobs that ended; the log names each with its CPU time (steps/jobserver/cost.py)."""
     with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        while True:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+            if not pid:
+                return
+            cpu = usage.ru_utime + usage.ru_stime
+            print(f"reaped pid {pid}: exit {os.waitstatus_to_exitcode(status)}, cpu {cpu:.3f} s", flush=True)
 
 
 def serve(path: str) -> None:
@@ -92,20 +97,22 @@ def serve(path: str) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     started_env = dict(os.environ)
-    signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     listener.bind(tmp)
     listener.listen(64)
+    listener.settimeout(0.5)  # between calls, the forked jobs that ended are reaped
     os.replace(tmp, path)  # the socket appears only once the server can fork: earlier jobs run on their own
     print(f"job server {os.getpid()}: {len(PRELOAD)} modules loaded, listening on {path}", flush=True)
     try:
         while True:
+            _reap()
             try:
                 conn, _ = listener.accept()
-            except InterruptedError:
+            except (InterruptedError, TimeoutError):
                 continue
+            conn.settimeout(None)
             try:
                 msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 3)
                 head = msg[:4]
