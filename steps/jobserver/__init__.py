@@ -45,6 +45,8 @@ PRELOAD = (
     "mlflow",
     "mlflow.tracking",
     "mlflow.store.tracking.sqlalchemy_store",
+    "datasets",  # the data, tokenizer and fine-tuning stages (huggingface_hub reads its variables here)
+    "transformers",
     "steps.core.job",
     "steps.core.stage",
 )

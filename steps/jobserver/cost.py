@@ -117,10 +117,25 @@ def main(argv: list[str] | None = None) -> None:
             finally:
                 server.terminate()
                 server.wait(30)
-    report(rows, args.out)
+        imports = import_table(cmd, work, own_env)
+    report(rows, imports, args.out)
 
 
-def report(rows: dict[str, list[tuple[float, float]]], out: Path | None) -> None:
+def import_table(cmd: list[str], work: Path, env: dict, top: int = 8) -> list[tuple[str, float]]:
+    """The job's costliest top-level imports in its own process (`python -X importtime`): (module, s)."""
+    proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], cwd=work, env=env, capture_output=True, text=True)
+    rows = []
+    for line in proc.stderr.splitlines():
+        parts = line.split("|")
+        if not line.startswith("import time:") or len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        name = parts[2]
+        if len(name) - len(name.lstrip()) <= 3:  # top level and its direct imports
+            rows.append((name.strip(), int(parts[1]) / 1e6))
+    return sorted(rows, key=lambda r: -r[1])[:top]
+
+
+def report(rows: dict[str, list[tuple[float, float]]], imports: list[tuple[str, float]], out: Path | None) -> None:
     from steps.tracking.provenance import cpu_flags, cpu_model
 
     def mean(xs):
@@ -145,6 +160,12 @@ def report(rows: dict[str, list[tuple[float, float]]], out: Path | None) -> None
         f"{wall.pairs} pairs",
         f"- forked vs own process, CPU: {cpu.ratio:.2f}× less [{cpu.low:.2f}, {cpu.high:.2f}], {cpu.pairs} pairs",
         f"- load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        "",
+        "Where the own process's time goes: its costliest imports (`python -X importtime`, cumulative, one run):",
+        "",
+        "| module | import s |",
+        "|---|---|",
+        *(f"| {name} | {s:.3f} |" for name, s in imports),
     ]
     text = "\n".join(lines) + "\n"
     print(text)
