@@ -136,3 +136,39 @@ def test_a_job_the_server_cannot_give_its_environment_runs_on_its_own(tmp_path, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert FORKED not in proc.stderr
     assert "its environment differs from the server's in HF_HUB_OFFLINE" in proc.stderr
+
+
+def test_a_forked_job_killed_outright_fails_its_command_with_the_signal(tmp_path, server):
+    """SIGKILL of the forked job itself (the OOM killer): no status from it; the caller asks the server,
+    which reaped it, and exits 128 + 9 with one line."""
+    work = tmp_path / "work"
+    work.mkdir()
+    assert run(work, job(work, "prepare_corpus"), server).returncode == 0
+    env = {**clean_env(), jobserver.SOCKET_ENV: server}
+    log = tmp_path / "job.log"
+    with open(log, "w") as out:
+        caller = subprocess.Popen(
+            job(work, "word2vec", "sgd", over={"epochs": 10_000}), cwd=work, env=env, stdout=out, stderr=out
+        )
+        t0 = time.time()
+        while "word2vec:" not in log.read_text():
+            assert caller.poll() is None and time.time() - t0 < 300, log.read_text()[-3000:]
+            time.sleep(0.2)
+        child = int(log.read_text().split(FORKED)[1].split("pid ")[1].split(")")[0])
+        os.kill(child, signal.SIGKILL)
+        assert caller.wait(60) == 128 + signal.SIGKILL
+    assert f"the forked job (pid {child}) was killed by signal 9" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, handed",
+    [
+        (["python", "-m", "steps.word2vec", "--cfg", "{}"], "steps.word2vec"),
+        (["python", "-m", "steps.perf", "--cfg", "{}"], None),  # measures its own process, re-executes itself
+        (["python", "-m", "steps.core.runcache", "word2vec", "--cfg", "{}"], None),  # the run cache: light already
+        (["python", "-m", "steps.word2vec", "--help"], None),
+        (["python", "-c", "import steps"], None),
+    ],
+)
+def test_only_stage_jobs_are_handed_over(argv, handed):
+    assert jobserver._stage_module(argv) == handed

@@ -89,6 +89,9 @@ THREAD_VARS = frozenset(
         "VECLIB_MAXIMUM_THREADS",
     }
 )
+# Jobs that must start a process of their own: they measure it (the perf stage reads its peak RSS,
+# which inherited pages would count) or re-execute themselves (perf sets glibc's MALLOC_MMAP_THRESHOLD_).
+OWN_PROCESS = frozenset({"steps.perf"})
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -145,7 +148,9 @@ def _stage_module(argv: list[str]) -> str | None:
     if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("steps."):
         return None
     module = argv[2]
-    if module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")) or "--cfg" not in argv[3:]:
+    if module in OWN_PROCESS or module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")):
+        return None
+    if "--cfg" not in argv[3:]:
         return None  # the run cache, the lab run, the server itself, a --help: not a stage job
     return module
 
@@ -189,15 +194,27 @@ def delegate() -> None:
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    end = _recv(conn)
+    end = _recv(conn) or _status_of(path, child)
     if end is None:
-        print(
-            f"job server: the forked job (pid {child}) ended without an exit status (killed by a signal?)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"job server: no exit status for the forked job (pid {child}): the server is gone", file=sys.stderr)
         os._exit(1)
-    os._exit(int(end.get("exit", 1)))
+    code = int(end["exit"])
+    if code > 128 and "from" in end:
+        print(f"job server: the forked job (pid {child}) was killed by signal {code - 128}", file=sys.stderr)
+    os._exit(code)
+
+
+def _status_of(path: str, pid: int) -> dict | None:
+    """The forked job's exit status from the server, which reaps it: for a job that lost its line to
+    this process (it exec'd itself, or died without a word), waiting until it ends."""
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        _send(conn, {"status_of": pid})
+        answer = _recv(conn)
+    except OSError:
+        return None
+    return None if answer is None or "exit" not in answer else {**answer, "from": "server"}
 
 
 # ---- the server: `python -m steps.jobserver SOCKET` ---------------------------------------------

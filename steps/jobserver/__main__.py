@@ -79,15 +79,30 @@ def apply_threads(n: int | None) -> None:
     torch.set_num_threads(n)
 
 
+STATUSES: dict[int, int] = {}  # forked jobs reaped: pid -> exit status (128 + N for signal N)
+WAITING: dict[int, list[socket.socket]] = {}  # callers asking for a pid's status, answered as it is reaped
+
+
 def _reap() -> None:
-    """Collect the forked jobs that ended; the log names each with its CPU time (steps/jobserver/cost.py)."""
+    """Collect the forked jobs that ended: the log names each with its CPU time (steps/jobserver/cost.py),
+    and a caller waiting for one's status (it lost its own line: the job exec'd, or was killed) gets it."""
     with contextlib.suppress(ChildProcessError):
         while True:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
             if not pid:
                 return
+            code = os.waitstatus_to_exitcode(status)
+            STATUSES[pid] = 128 - code if code < 0 else code
             cpu = usage.ru_utime + usage.ru_stime
-            print(f"reaped pid {pid}: exit {os.waitstatus_to_exitcode(status)}, cpu {cpu:.3f} s", flush=True)
+            print(f"reaped pid {pid}: exit {STATUSES[pid]}, cpu {cpu:.3f} s", flush=True)
+            for conn in WAITING.pop(pid, []):
+                _answer(conn, {"exit": STATUSES[pid]})
+
+
+def _answer(conn: socket.socket, obj: dict) -> None:
+    with contextlib.suppress(OSError):
+        _send(conn, obj)
+    conn.close()
 
 
 def serve(path: str) -> None:
@@ -126,11 +141,16 @@ def serve(path: str) -> None:
             except (OSError, ValueError, struct.error):
                 conn.close()
                 continue
+            if "status_of" in request:  # {"status_of": pid}: answered now, or once that job is reaped
+                pid = int(request["status_of"])
+                if pid in STATUSES:
+                    _answer(conn, {"exit": STATUSES[pid]})
+                else:
+                    WAITING.setdefault(pid, []).append(conn)
+                continue
             why = blocking(request["env"], started_env)
             if why or len(fds) != 3:
-                with contextlib.suppress(OSError):
-                    _send(conn, {"why": f"its environment differs from the server's in {', '.join(why[:5])}"})
-                conn.close()
+                _answer(conn, {"why": f"its environment differs from the server's in {', '.join(why[:5])}"})
                 for fd in fds:
                     os.close(fd)
                 continue
