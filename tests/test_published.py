@@ -1,5 +1,5 @@
 """Every published number comes from a dated record: README.md's and the write-ups' record blocks are
-what `python -m steps.record --publish` makes of docs/results/ (steps/record_publish.py), and every
+what `python -m steps.record --publish` makes of docs/results/ (steps/record/publish.py), and every
 number in a results section outside a block occurs in a record that section cites."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from steps.paired import MIN_PAIRS
-from steps.record import main
-from steps.record_blocks import BLOCKS, FLOOR, gpt_fast_span, target_verdict, torch_columns, vs_reference
-from steps.record_publish import PublishError, pages, publish, render_page, results_sections, unbacked
-from steps.record_read import NOT_RECORDED, Record, host_kind, latest_per_host_kind, read_record, read_records
+from steps.record.blocks import BLOCKS, FLOOR, gpt_fast_span, target_verdict, torch_columns, vs_reference
+from steps.record.publish import PublishError, pages, publish, render_page, results_sections, unbacked
+from steps.record.read import NOT_RECORDED, Record, host_kind, latest_per_host_kind, read_record, read_records
+from steps.record.write import main
 from steps.tracking.provenance import cpu_flags
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import pytest
 
 from steps.campaign.record import slug
 from steps.config import config_hash
-from steps.record import RecordError, machine_of, main, write_record
-from steps.record_read import read_record
+from steps.record.read import read_record
+from steps.record.write import RecordError, machine_of, main, write_record
 from steps.tables import fmt
 from steps.tracking import lab
 from steps.tracking.provenance import git_commit, machine

@@ -1,5 +1,5 @@
 """The blocks `python -m steps.record --publish` writes into README.md and the write-ups: each one a
-function of the dated records (steps/record_read.py) and of how the page links to a record.
+function of the dated records (steps/record/read.py) and of how the page links to a record.
 
 Every block shows the latest record per host kind (one column each, naming its record by file name) or,
 for the list of runs, every record. Values are the records' own text, copied, never reformatted, so a
@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
-from steps.record_read import Record, latest_per_host_kind
+from steps.record.read import Record, latest_per_host_kind
 
 Link = Callable[[Record], str]  # a record -> a Markdown link to it from the page being written
 Row = tuple[str, Callable[[Record], str]]  # (row label, the record's value for it)

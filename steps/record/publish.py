@@ -5,7 +5,7 @@ records. A page marks a block
     ...generated: do not edit...
     <!-- /record:NAME -->
 
-and publishing rewrites what lies between from `docs/results/` (steps/record_blocks.py: BLOCKS[NAME]),
+and publishing rewrites what lies between from `docs/results/` (steps/record/blocks.py: BLOCKS[NAME]),
 each block naming its records by file name. `--check` writes nothing and lists the blocks that differ.
 
 A page's results sections are its `## ` sections whose title starts with "Measured", "Results" or
@@ -20,8 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from steps.record_blocks import BLOCKS
-from steps.record_read import Record, RecordFormatError, read_records
+from steps.record.blocks import BLOCKS
+from steps.record.read import Record, RecordFormatError, read_records
 
 PAGES = ("README.md", "docs/*.md", "docs/results/README.md")
 RECORDS = Path("docs/results")

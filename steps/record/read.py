@@ -1,5 +1,5 @@
 """Dated records (`docs/results/*.md`, written by `python -m steps.record`) read back as data, for
-`python -m steps.record --publish` (steps/record_publish.py): the record's facts (date, commit, wall
+`python -m steps.record --publish` (steps/record/publish.py): the record's facts (date, commit, wall
 time, jobs), its host kind, its headline and every stage's table as rows of text cells.
 
 A host kind is what the record itself says about the machine: CPU model, cores, GPUs and the CPU flags

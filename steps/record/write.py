@@ -204,7 +204,7 @@ def write_record(folder: Path, out: Path) -> Path:
 
 def publish_command(root: Path, check: bool) -> None:
     """--publish: rewrite the marked blocks of README.md and docs/ from docs/results/ (--check: list them)."""
-    from steps.record_publish import PublishError, publish  # no MLflow needed: it reads Markdown only
+    from steps.record.publish import PublishError, publish  # no MLflow needed: it reads Markdown only
 
     try:
         changed = publish(root, check=check)
