@@ -36,6 +36,7 @@ TRACKING_ALLOWED = {
     "steps.compare",  # python -m steps.compare: runs of a store side by side (run links: steps.tracking.describe)
     "steps.compare.read",  # ... which reads the store
     "steps.compare.sweep",  # ... and a sweep's runs (run links: steps.tracking.describe)
+    "steps.jobserver.cost",  # python -m steps.jobserver.cost: the machine named in its record
     "steps.record.write",  # python -m steps.record: a finished run's dated record, from its store
     "steps.campaign.__main__",  # python -m steps.campaign: opens the campaign's lab run
     "steps.campaign.record",  # python -m steps.campaign.record: a record from a finished run's store
