@@ -406,10 +406,13 @@ def test_crafted_checkpoint_is_refused_and_its_code_does_not_run(tmp_path):
     marker, evil = tmp_path / "written-by-the-checkpoint", tmp_path / "ckpt.pt"
     torch.save({"model": WritesAFile(marker), "config": {}}, evil)
 
-    proc = run_module(tmp_path, "steps.chat", ["--checkpoint", str(evil), "--prompt", "hi"], timeout=300)
+    # the real command, a fresh interpreter (not forked from this test's warm one)
+    args = ["--checkpoint", str(evil), "--prompt", "hi"]
+    proc = run_module(tmp_path, "steps.chat", args, timeout=300, fork=False)
     assert proc.returncode != 0 and not marker.exists()
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith(f"{evil}: refused to load") and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "fix: delete it" in lines[-1], lines[-1]  # the file, what is wrong, and the fix: one line
 
     from steps.models.training import read_checkpoint
 
