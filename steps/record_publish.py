@@ -32,6 +32,7 @@ from steps.record_blocks import BLOCKS
 from steps.record_read import Record, RecordFormatError, read_records
 
 PAGES = ("README.md", "docs/*.md", "docs/results/README.md")
+PROSE_PAGES = (*PAGES, "configs/README.md")  # the pages whose prose numbers unbacked_prose checks
 RECORDS = Path("docs/results")
 # a marker is a line of its own (a marker quoted in prose or code is not one)
 BLOCK = re.compile(r"^(<!-- record:([\w-]+) -->\n)(.*?)^(<!-- /record:\2 -->)$", re.S | re.M)
@@ -54,6 +55,11 @@ class PublishError(Exception):
 def pages(root: Path) -> list[Path]:
     """The pages that may hold blocks: README.md, docs/*.md, docs/results/README.md."""
     return sorted({p for pattern in PAGES for p in Path(root).glob(pattern)})
+
+
+def prose_pages(root: Path) -> list[Path]:
+    """The pages whose measurement-shaped prose numbers need a record: PAGES and configs/README.md."""
+    return sorted({p for pattern in PROSE_PAGES for p in Path(root).glob(pattern)})
 
 
 def linker(page: Path):

@@ -17,6 +17,7 @@ from steps.record_publish import (
     QUOTED,
     PublishError,
     pages,
+    prose_pages,
     publish,
     render_page,
     results_sections,
@@ -64,7 +65,7 @@ UNBACKED_PROSE = ROOT / "tests" / "unbacked_prose.txt"
 def prose_findings(root: Path) -> set[str]:
     return {
         f"{p.relative_to(root)}: {f.rsplit(': ', 1)[1].split(' ')[0]}"
-        for p in pages(root)
+        for p in prose_pages(root)
         for f in unbacked_prose(p, root)
     }
 
