@@ -184,13 +184,19 @@ def io_args(inputs: dict, outputs: dict) -> list[str]:
 
 
 def run_module(
-    workdir: Path, module: str, args: list[str], timeout: float = 600, env_extra: dict | None = None
+    workdir: Path,
+    module: str,
+    args: list[str],
+    timeout: float = 600,
+    env_extra: dict | None = None,
+    fork: bool = True,
 ) -> subprocess.CompletedProcess:
     """`python -m <module> <args>` in `workdir` and `clean_env()` plus `env_extra`, forked from
     tests/forked_stage.py's server (the heavy imports done once per test process) where that
-    environment allows it (forked_stage.RUN_TIME), else run plainly."""
+    environment allows it (forked_stage.RUN_TIME), else run plainly; `fork=False`: always the real
+    command, a fresh interpreter importing everything itself, as Snakemake's rule runs it."""
     env, cmd = {**clean_env(), **(env_extra or {})}, [sys.executable, "-m", module, *args]
-    ctx = forked_stage.context(env, _BASE_ENV or clean_env())
+    ctx = forked_stage.context(env, _BASE_ENV or clean_env()) if fork else None
     if ctx is None:
         return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     with tempfile.TemporaryDirectory() as tmp:

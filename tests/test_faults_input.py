@@ -35,11 +35,12 @@ ENGLISH = "ACT II. The king speaks, the queen sleeps, and the crown is heavy.\n"
 
 
 def job(workdir: Path, stage: str, params: dict, inputs: dict | None = None) -> subprocess.CompletedProcess:
-    """One stage job, as its rule runs it, into `workdir/out`."""
+    """One stage job, as its rule runs it, into `workdir/out`: the real `python -m steps.<stage>` in a
+    fresh interpreter (not forked from the test's warm one: an import-time fault would hide there)."""
     cfg = {"stage": stage, "cell": "main", "params": params, "common": {"seed": 1, "device": "cpu", "threads": 1}}
     io = io_args(inputs or {}, {"data": str(workdir / "out" / "data")})
     args = ["--no-mlflow", "--out", str(workdir / "out"), *io, "--cfg", json.dumps(cfg)]
-    return run_module(workdir, f"steps.{stage}", args, timeout=300)
+    return run_module(workdir, f"steps.{stage}", args, timeout=300, fork=False)
 
 
 def assert_one_line(proc: subprocess.CompletedProcess, *words: str, code: int = 1) -> str:
@@ -103,7 +104,8 @@ def test_a_zero_byte_csv_stops_naming_the_file(tmp_path):
     empty = tmp_path / "exam.csv"
     empty.touch()
     proc = job(tmp_path, "prepare_mcq", stage_params("prepare_mcq", source=str(empty)))
-    assert_one_line(proc, str(empty), "empty file (0 bytes", "Kaggle-format")
+    line = assert_one_line(proc, str(empty), "empty file (0 bytes", "Kaggle-format")
+    assert "point prepare_mcq.source at" in line  # the field to change, not "the config key"
 
 
 def test_a_zero_byte_train_csv_in_a_kaggle_folder_names_the_file(tmp_path):

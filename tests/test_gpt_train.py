@@ -165,6 +165,20 @@ def test_bench_ratio_is_ours_over_hf_from_interleaved_pairs():
     assert all(torch.equal(a, p) for a, p in zip(before, small.parameters()))  # each trains its own copy
 
 
+def test_the_stage_tables_percent_of_peak_is_the_benchmark_tables():
+    """gpt_train's "fp32 bench % peak" column shows the benchmark table's "ours % of measured matmul
+    peak" (71.12), never the fraction under a % title (0.7112)."""
+    from steps.models.bench import bench_metrics, bench_row
+    from steps.presentation.gpt_train import SHOWN
+
+    peak = {"measured": 2e11, "published": 4e11, "published_name": "test"}
+    # 2 steps/s × 64 tokens × 1e9 FLOP/token = 1.28e11 FLOP/s: 64 % of the measured peak
+    m = bench_metrics("bench_float32", np.full(3, 0.5), np.full(3, 0.5), Ratio(1.0, 0.9, 1.1, 3), 64, 1e9, peak)
+    row = bench_row("float32", m, "bench_float32", peak)
+    kind, _, key = SHOWN.columns["fp32 bench % peak"].partition(".")
+    assert kind == "metrics" and m[key] == pytest.approx(64.0) == row["ours % of measured matmul peak"]
+
+
 def test_gpt_train_missing_data_is_clear(tmp_path):
     proc = run_stage(tmp_path, "gpt_train", stage_params("gpt_train", **TINY_TRAIN), check=False)
     assert proc.returncode != 0 and "results/data/corpus does not exist" in proc.stderr

@@ -17,7 +17,7 @@ from steps.core import InputError
 LETTERS = ("A", "B", "C", "D", "E")
 REQUIRED = ("id", "prompt", *LETTERS)
 SPLITS = ("train", "validation", "test")
-FIX = "fix the CSV or point the config key at a Kaggle-format file (id,prompt,A,B,C,D,E,answer[,context])"
+FIX = "fix the CSV or point prepare_mcq.source at a Kaggle-format file (id,prompt,A,B,C,D,E,answer[,context])"
 
 
 def _bad(path, row, column, what) -> InputError:

@@ -117,6 +117,7 @@ def bench_metrics(key: str, ours_s, hf_s, ratio: Ratio, tokens: int, fpt: float,
         f"{key}_ours_tokens_s": ours_sps * tokens,
         f"{key}_ours_mfu": bench_mfu["mfu"],
         f"{key}_ours_mfu_published": bench_mfu["mfu_published"],
+        f"{key}_ours_pct_peak": 100 * bench_mfu["mfu"],  # % of the measured matmul peak: 71.12, not 0.7112
     }
 
 
@@ -130,7 +131,7 @@ def bench_row(dtype: str, m: dict, key: str, peak: dict) -> dict:
         "high": m[f"{key}_ours_over_hf_high"],
         "pairs": m[f"{key}_ours_over_hf_pairs"],
         "ours tokens/s": m[f"{key}_ours_tokens_s"],
-        "ours % of measured matmul peak": 100 * m[f"{key}_ours_mfu"],
+        "ours % of measured matmul peak": m[f"{key}_ours_pct_peak"],
         "measured matmul peak GFLOP/s": peak["measured"] / 1e9,
         "ours % of published peak": 100 * m[f"{key}_ours_mfu_published"],
         "published peak": peak["published_name"],
