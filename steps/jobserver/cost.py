@@ -136,7 +136,7 @@ def import_table(cmd: list[str], work: Path, env: dict, top: int = 8) -> list[tu
 
 
 def report(rows: dict[str, list[tuple[float, float]]], imports: list[tuple[str, float]], out: Path | None) -> None:
-    from steps.tracking.provenance import cpu_flags, cpu_model
+    from steps.tracking.provenance import cpu_flags, cpu_model, git_commit
 
     def mean(xs):
         return sum(xs) / len(xs)
@@ -147,7 +147,8 @@ def report(rows: dict[str, list[tuple[float, float]]], imports: list[tuple[str, 
     lines = [
         f"# The fixed cost of a job: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores",
         "",
-        f"Written by `python -m steps.jobserver.cost --pairs {wall.pairs}` (steps/jobserver/cost.py).",
+        f"Written by `python -m steps.jobserver.cost --pairs {wall.pairs}` (steps/jobserver/cost.py) at commit "
+        f"{git_commit()}.",
         f"CPU flags: {flags}.",
         "The job: prepare_corpus on the smoke config (60 documents), its real command, in its own process and",
         "forked by the job server, interleaved pair by pair. CPU = user + system seconds of the job's processes.",
