@@ -105,6 +105,15 @@ def _answer(conn: socket.socket, obj: dict) -> None:
     conn.close()
 
 
+def _stop(path: str) -> None:
+    """SIGTERM (the DAG's end): the socket goes, then the process, at once: the interpreter's own
+    teardown of the preloaded libraries takes seconds, and the forked jobs are processes of their own."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def serve(path: str) -> None:
     """Import PRELOAD, then fork one process per job that connects, until SIGTERM or snakemake's end."""
     import importlib
@@ -112,7 +121,7 @@ def serve(path: str) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     started_env = dict(os.environ)
-    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda s, f: _stop(path))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}"
     listener.bind(tmp)
