@@ -16,13 +16,12 @@ own shell command."""
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing
 import os
-import runpy
 import sys
-import traceback
 from multiprocessing import forkserver
+
+from steps.jobserver import run_as_main
 
 PRELOAD = ["torch", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "pandas", "datasets", "transformers"]
 # read when a run starts or a request is sent (steps/tracking/mlflow_run.py, MLflow's system metrics
@@ -57,21 +56,7 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: 
     os.chdir(cwd)
     sys.argv = [module, *args]
     sys.path.insert(0, cwd)  # `python -m` puts the working folder first
-    code: int | str | None = 0
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        code = e.code
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    atexit._run_exitfuncs()
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
+    os._exit(run_as_main(module))
 
 
 _SERVER: dict = {}  # this test process's server: its context and the environment it started in

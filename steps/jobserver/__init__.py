@@ -217,37 +217,16 @@ def _status_of(path: str, pid: int) -> dict | None:
     return None if answer is None or "exit" not in answer else {**answer, "from": "server"}
 
 
-# ---- the server: `python -m steps.jobserver SOCKET` ---------------------------------------------
-
-
-def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit."""
+def run_as_main(module: str) -> int:
+    """`python -m <module>` in this process (sys.argv set by the caller), then Python's exit handlers:
+    the exit status it would end with. Used by the forked job (steps/jobserver/__main__.py) and the
+    tests' forked stages (tests/forked_stage.py)."""
     import runpy
     import traceback
 
-    from steps import lifeline
-
-    listener.close()
-    _send(conn, {"pid": os.getpid()})  # first, from here: the caller forwards its signals to this pid
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for target, fd in zip((0, 1, 2), fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own descriptors, kept open
-    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-    os.environ.clear()
-    os.environ.update(request["env"])
-    os.umask(request["umask"])
-    os.chdir(request["cwd"])
-    sys.argv = [request["module"], *request["args"]]
-    sys.path.insert(0, request["cwd"])  # `python -m` puts the working folder first
-    lifeline.die_with_caller(request["caller"])
     code: int | str | None = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code
     except BaseException:  # noqa: BLE001 - what python -m would print, then exit 1
@@ -260,73 +239,4 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
-    code = int(code or 0)
-    with lifeline.finishing():  # done: the caller exiting after this status is no death to act on
-        pass
-    with contextlib.suppress(OSError):
-        _send(conn, {"exit": code})
-    os._exit(code)
-
-
-def _reap(signum, frame) -> None:
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-
-
-def serve(path: str) -> None:
-    """Import PRELOAD, then fork one process per job that connects, until SIGTERM or snakemake's end."""
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
-    started_env = dict(os.environ)
-    signal.signal(signal.SIGCHLD, _reap)
-    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(0))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    tmp = f"{path}.{os.getpid()}"
-    listener.bind(tmp)
-    listener.listen(64)
-    os.replace(tmp, path)  # the socket appears only once the server can fork: earlier jobs run on their own
-    print(f"job server {os.getpid()}: {len(PRELOAD)} modules loaded, listening on {path}", flush=True)
-    try:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except InterruptedError:
-                continue
-            try:
-                msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 3)
-                head = msg[:4]
-                body = msg[4:]
-                while len(body) < struct.unpack("!I", head)[0]:
-                    more = conn.recv(1 << 22)
-                    if not more:
-                        break
-                    body += more
-                request = json.loads(body)
-            except (OSError, ValueError, struct.error):
-                conn.close()
-                continue
-            why = blocking(request["env"], started_env)
-            if why or len(fds) != 3:
-                with contextlib.suppress(OSError):
-                    _send(conn, {"why": f"its environment differs from the server's in {', '.join(why[:5])}"})
-                conn.close()
-                for fd in fds:
-                    os.close(fd)
-                continue
-            if os.fork() == 0:
-                _child(conn, listener, request, fds)
-            for fd in fds:
-                os.close(fd)
-            conn.close()  # the forked job holds its own copy: it sends its pid, then its exit status
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m steps.jobserver SOCKET_PATH")
-    serve(sys.argv[1])
+    return int(code or 0)

@@ -3,7 +3,6 @@ is for): imports PRELOAD, listens on SOCKET, forks one process per job that conn
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -13,13 +12,11 @@ import struct
 import sys
 import tempfile
 
-from steps.jobserver import PRELOAD, _send, blocking, threads_of
+from steps.jobserver import PRELOAD, _send, blocking, run_as_main, threads_of
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked process: become `python -m <module> <args>` of the caller, then report the exit."""
-    import runpy
-    import traceback
 
     from steps import lifeline
 
@@ -44,22 +41,7 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     apply_threads(threads_of(request["env"]))
     print(f"job server: forked from pid {os.getppid()} (pid {os.getpid()})", file=sys.stderr, flush=True)
     lifeline.die_with_caller(request["caller"])
-    code: int | str | None = 0
-    try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:  # noqa: BLE001 - what python -m would print, then exit 1
-        traceback.print_exc()
-        code = 1
-    atexit._run_exitfuncs()
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    code = int(code or 0)
+    code = run_as_main(request["module"])
     with lifeline.finishing():  # done: the caller exiting after this status is no death to act on
         pass
     with contextlib.suppress(OSError):
