@@ -589,7 +589,13 @@ def test_pipeline_combined_matches_single_device(tmp_path, strategy, mesh, extra
     shape inference ran an extra forward, which charged pp_tp 1.15× and pp_fsdp 1.23× the model."""
     p = pp_mesh_plan(strategy, mesh, **extra)
     ranks = launch(p, tmp_path)
-    assert_matches_single_device(p, ranks, summarize(p, ranks))
+    m = summarize(p, ranks)
+    assert_matches_single_device(p, ranks, m)
+    # the pipeline's sends on the pp axis (each rank's peer resolved): activations forward, gradients
+    # backward, for its pipeline's rows; beside them only the reported loss's broadcast over pp
+    g, rows = p.gpt, p.batch_size // p.data_size
+    pipe = 2 * (p.axis("pp") - 1) * rows * g["block_size"] * g["n_embd"] * p.bytes_per_elem / p.axis("pp")
+    assert m["dispatch_comm_bytes_step_pp"] == pytest.approx(pipe, rel=1e-2)
     # the stages hold different parameters (embeddings vs final norm + head): each rank its own stage's
     first, last = ranks[0]["analytic"]["state_bytes"], ranks[-1]["analytic"]["state_bytes"]
     assert first != last and all(sum(r["state_bytes"].values()) == r["analytic"]["state_bytes"] for r in ranks)
