@@ -91,3 +91,48 @@ def test_the_package_imports_neither_torch_nor_jax():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=clean_env(), cwd=ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+# ---- PP combined (#50 2), by hand on a toy GPT's names: 2 layers on 2 stages, C=4, T=4, batch 8 -------
+TOY_GPT = {
+    "transformer.wte.weight": 10,
+    "transformer.wpe.weight": 4,
+    "transformer.h.0.attn.q_proj.weight": 8,  # TP: sharded
+    "transformer.h.0.ln_1.weight": 2,  # TP: replicated
+    "transformer.h.1.attn.q_proj.weight": 8,
+    "transformer.h.1.ln_1.weight": 2,
+    "transformer.ln_f.weight": 2,
+    "lm_head.weight": 10,
+}
+
+
+def toy_pp(strategy, mesh):
+    gpt = {"vocab_size": 8, "block_size": 4, "n_layer": 2, "n_head": 2, "n_embd": 4}
+    return toy(strategy=strategy, mesh=mesh, model="gpt", optimizer="sgd", gpt=gpt, microbatches=2)
+
+
+def test_pipeline_combined_costs_by_hand():
+    from steps.analytic.costs import gpt_pipeline_costs
+
+    p = toy_pp("pp_dp", {"pp": 2, "dp": 2})
+    assert set(P.gpt_stage_shapes(p, TOY_GPT, 0)) == {
+        "transformer.wte.weight",
+        "transformer.wpe.weight",
+        "transformer.h.0.attn.q_proj.weight",
+        "transformer.h.0.ln_1.weight",
+    }
+    assert sum(P.gpt_stage_shapes(p, TOY_GPT, 1).values()) == 8 + 2 + 2 + 10
+    # pp_dp: state = 3 tensors (SGD) × the stage × 4 B; comm = the stages' mean of 2Ψ·(N-1)/N (24, 22
+    # parameters × 4 B) + the pipeline's acts and grads for the rank's 4 rows: 2·(S-1)·4·T·C·4 B / S
+    pipe = 2 * 1 * 4 * 4 * 4 * 4 / 2
+    assert gpt_pipeline_costs(p, TOY_GPT, 0) == {
+        "state_bytes": 3 * 24 * 4,
+        "comm_bytes": (96 + 88) / 2 + pipe,
+        "params": 46,
+    }
+    # pp_fsdp: state halves; nothing resharded after forward under PP, so 2Ψ as DP
+    f = gpt_pipeline_costs(toy_pp("pp_fsdp", {"pp": 2, "fsdp": 2}), TOY_GPT, 1)
+    assert f == {"state_bytes": 3 * 22 / 2 * 4, "comm_bytes": (96 + 88) / 2 + pipe, "params": 46}
+    # pp_tp: q_proj halves; 4 all-reduces of all 8 rows' B·T·C a layer, one layer a stage; the pipeline's 8 rows
+    t = gpt_pipeline_costs(toy_pp("pp_tp", {"pp": 2, "tp": 2}), TOY_GPT, 0)
+    assert t == {"state_bytes": 3 * (10 + 4 + 4 + 2) * 4, "comm_bytes": 4 * 512 + 2 * pipe, "params": 46}

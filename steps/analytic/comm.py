@@ -125,7 +125,8 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
     if t > 1:
         act = rows * g["block_size"] * g["n_embd"] * b
         sharded = 2 if g.get("moe") else 4  # a MoE is not TP-sharded (replicated over tp): attention's two
-        total += sharded * g["n_layer"] * ring_all_reduce(act, t)
+        # under PP a rank runs its stage's n_layer/pp blocks (its M microbatches sum to its rows)
+        total += sharded * g["n_layer"] / plan.axis("pp") * ring_all_reduce(act, t)
         if plan.sequence_parallel:  # entering the region costs an all-gather backward, leaving it one forward
             total += 2 * ring_gather(act, t)
     shard_psi = gpt_local_params(plan, shapes) * plan.axis("fsdp")
@@ -135,10 +136,12 @@ def gpt_comm(plan: Plan, shapes: dict[str, int]) -> float:
         # FSDP2 keeps the root group (embeddings, ln_f; the head is tied) gathered from forward to
         # backward — it would be re-gathered at once — so the root moves 2Ψ_root, the blocks 3Ψ
         root = gpt_local_params(plan, {k: n for k, n in shapes.items() if ".h." not in k}) * plan.axis("fsdp")
+        if plan.pipelined:  # torchtitan under PP: no group reshards after forward (one gather a step, 2Ψ)
+            root = shard_psi
         total += fsdp_bytes(shard_psi, root, b, plan.axis("fsdp"))
     s = plan.axis("pp")
-    if s > 1:
-        total += 2 * (s - 1) * plan.batch_size * g["block_size"] * g["n_embd"] * b / s
+    if s > 1:  # each data rank's rows through the pipeline: the stages' mean of activations + gradients
+        total += 2 * (s - 1) * rows * g["block_size"] * g["n_embd"] * b / s
     return total + moe_stats_comm(plan)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from steps.analytic.comm import gpt_comm, mlp_comm, ring_all_reduce, ring_bytes
-from steps.analytic.params import gpt_local_params, mlp_local_params, mlp_psi
+from steps.analytic.params import gpt_local_params, gpt_stage_shapes, mlp_local_params, mlp_psi
 
 if TYPE_CHECKING:  # annotations only: this package imports neither torch nor the plans
     from steps.sharding.plan import Plan
@@ -31,6 +31,19 @@ def gpt_costs(plan: Plan, shapes: dict[str, int], stage_params: float | None = N
     return {
         "state_bytes": plan.state_tensors * gpt_local_params(plan, shapes, stage_params) * plan.bytes_per_elem,
         "comm_bytes": gpt_comm(plan, shapes),
+        "params": sum(shapes.values()),
+    }
+
+
+def gpt_pipeline_costs(plan: Plan, shapes: dict[str, int], stage: int) -> dict:
+    """PP combined with dp, tp or fsdp (native/pp_mesh.py): the rank's state is its stage's
+    parameters (gpt_stage_shapes) after TP and FSDP; its comm the stages' mean (the cell's
+    dispatched bytes are the ranks' mean), each stage's own DP/FSDP/TP bytes plus the pipeline's."""
+    stages = [gpt_stage_shapes(plan, shapes, s) for s in range(plan.axis("pp"))]
+    local = gpt_local_params(plan, stages[stage])
+    return {
+        "state_bytes": plan.state_tensors * local * plan.bytes_per_elem,
+        "comm_bytes": sum(gpt_comm(plan, st) for st in stages) / len(stages),
         "params": sum(shapes.values()),
     }
 

@@ -69,6 +69,23 @@ def gpt_local_params(plan: Plan, shapes: dict[str, int], stage_params: float | N
     return local / f
 
 
+def gpt_stage_shapes(plan: Plan, shapes: dict[str, int], stage: int) -> dict[str, int]:
+    """The single-device parameters pipeline stage `stage` of plan.axis("pp") holds: its n_layer/pp
+    consecutive blocks, the embeddings on the first stage, the final norm and the (untied) head on
+    the last. Read from the names alone, not from the engine's stage modules."""
+    s = plan.axis("pp")
+    per = plan.gpt["n_layer"] // s
+
+    def on(name: str) -> bool:
+        if name.startswith("transformer.h."):
+            return int(name.split(".")[2]) // per == stage
+        if name.startswith(("transformer.wte.", "transformer.wpe.")):
+            return stage == 0
+        return stage == s - 1  # transformer.ln_f, lm_head
+
+    return {k: n for k, n in shapes.items() if on(k)}
+
+
 # ---- the scale stage: a named shape on a ScalePlan -----------------------------------------------
 def local_params(shape: Shape, plan: ScalePlan, layers_only: bool = False) -> float:
     """Parameters of one rank after TP and PP, before the data axis. With PP: the worst stage (the

@@ -55,6 +55,15 @@ def _ranks(group) -> list[int] | None:
         return None
 
 
+def _send_pair(group, args) -> list[int] | None:
+    """The global ranks of a native send (this rank and its peer, sorted, as scratch's isend), so a
+    pipeline's sends count on the pp axis (links.per_link); None if the peer cannot be resolved."""
+    try:
+        return sorted((dist.get_rank(), dist.get_global_rank(group or dist.group.WORLD, int(args[2]))))
+    except (RuntimeError, ValueError, TypeError, IndexError):
+        return None
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -201,6 +210,6 @@ class NativeCommMode(TorchDispatchMode):
                 self.counter.add("all_to_all", _nbytes(args[0] if name == "all_to_all_single" else args[1]), n, ranks)
             elif name in ("broadcast",):
                 self.counter.add("broadcast", inb, n, ranks)
-            elif name in ("send",):
-                self.counter.add("send", inb, 2, None)  # native pipelines: peer not resolved here
+            elif name in ("send",):  # c10d::send(tensors, group, dst: the group's rank, tag)
+                self.counter.add("send", inb, 2, _send_pair(group, args))
         return func(*args, **(kwargs or {}))

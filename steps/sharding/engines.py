@@ -89,6 +89,8 @@ register(
     ("dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp"),
 )
 register("torch_native", TORCHRUN, "steps.sharding.native.engine:PipelineEngine", ("pp",))
+# PP × DP, PP × TP, PP × FSDP: the stage split first, then each stage parallelized (native/pp_mesh.py)
+register("torch_native", TORCHRUN, "steps.sharding.native.pp_mesh:PipelineMeshEngine", ("pp_dp", "pp_tp", "pp_fsdp"))
 register("torch_scratch", TORCHRUN, "steps.sharding.scratch.ep:ScratchEPEngine", ("ep",))
 register("torch_native", TORCHRUN, "steps.sharding.native.ep:NativeEPEngine", ("ep", "fsdp_ep"))
 register("jax_jit", JAX, "steps.sharding.jax.engine:JitEngine", _JAX_STRATEGIES)

@@ -13,7 +13,7 @@ from steps.sharding.plan import Plan
 
 def gpt_config(plan: Plan) -> GPTConfig:
     """Untied head under PP: wte and lm_head live on different stages."""
-    return GPTConfig(**plan.gpt, dropout=0.0, tie_weights=plan.strategy != "pp")
+    return GPTConfig(**plan.gpt, dropout=0.0, tie_weights=not plan.pipelined)
 
 
 def full_model(plan: Plan, dtype) -> GPTLMHeadModel:

@@ -39,9 +39,23 @@ STRATEGY_AXES = {
     "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
     "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (expert_parallel.py)
     "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
+    # PP combined (native/pp_mesh.py): the GPT cut into stages first, then each stage TP, FSDP2 or DDP
+    "pp_dp": ("pp", "dp"),
+    "pp_tp": ("pp", "tp"),
+    "pp_fsdp": ("pp", "fsdp"),
 }
-Strategy = Literal["single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep"]
-PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}
+Strategy = Literal[
+    "single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep", "pp_dp", "pp_tp", "pp_fsdp"
+]
+PRETTY = {
+    "dp_tp": "dp×tp",
+    "fsdp_tp": "fsdp×tp",
+    "dp_fsdp_tp": "dp×fsdp×tp",
+    "fsdp_ep": "fsdp×ep",
+    "pp_dp": "pp×dp",
+    "pp_tp": "pp×tp",
+    "pp_fsdp": "pp×fsdp",
+}
 Backend = Literal["torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons"]
 BACKENDS = get_args(Backend)
 
@@ -140,6 +154,11 @@ class Plan(MeshPlan):
         return next(iter(self.data_axes), None)
 
     @property
+    def pipelined(self) -> bool:
+        """A pipeline plan: pp alone, or pp combined with dp, tp or fsdp (the model is cut into stages)."""
+        return "pp" in self.mesh and self.backend != "jax_lessons"
+
+    @property
     def pretty(self) -> str:
         return PRETTY.get(self.strategy, self.strategy)
 
@@ -164,15 +183,18 @@ class Plan(MeshPlan):
         dp = self.data_size
         if self.batch_size % dp:
             raise PlanError(f"sharding.batch_size {self.batch_size} must divide by the data axes' size {dp}")
-        if self.strategy == "pp":
+        if self.pipelined:
             if self.schedule not in ("gpipe", "1f1b"):
                 raise PlanError(f"sharding.schedule {self.schedule!r}: use gpipe or 1f1b")
-            if self.batch_size % self.microbatches:
+            if (self.batch_size // dp) % self.microbatches:  # each data rank's rows go through the pipeline
                 raise PlanError(
-                    f"sharding.batch_size {self.batch_size} must divide by microbatches {self.microbatches}"
+                    f"sharding.batch_size {self.batch_size} / data axes {dp} must divide by microbatches "
+                    f"{self.microbatches}"
                 )
+        if self.pipelined and self.sequence_parallel:
+            raise PlanError("sharding.sequence_parallel is not wired across pipeline stages; fix: false under pp")
         layers = self.mlp.layers if self.model == "mlp" else self.gpt["n_layer"]
-        if self.strategy == "pp" and layers % self.axis("pp"):
+        if self.pipelined and layers % self.axis("pp"):
             raise PlanError(f"sharding: {layers} layers do not split evenly over pp={self.axis('pp')} stages")
         tp = self.axis("tp")
         if self.model == "mlp" and self.mlp.hidden % tp:
@@ -226,7 +248,7 @@ class Plan(MeshPlan):
 
     def pipeline_bubble(self) -> float:
         """Idle fraction of a GPipe/1F1B step, (S-1)/(M+S-1): 1F1B saves activation memory, not bubble."""
-        if self.strategy != "pp":
+        if not self.pipelined:
             return 0.0
         s, m = self.axis("pp"), self.microbatches
         return (s - 1) / (m + s - 1)

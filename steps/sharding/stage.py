@@ -164,7 +164,7 @@ def fail(ctx, m: dict) -> None:
 def notes(plan, m: dict, r0: dict) -> str:
     """What a reader needs next to the ratios: schedule, dtype/optimizer, which collectives ran."""
     out = [plan.model, plan.optimizer] + (["fp64"] if plan.dtype == "float64" else [])
-    if plan.strategy == "pp":
+    if plan.pipelined:
         inflight = int(m["max_inflight_microbatches"])  # counted by the from-scratch schedule only
         out.append(
             f"{plan.schedule} M={plan.microbatches} bubble {m['pipeline_bubble']:.2f}"

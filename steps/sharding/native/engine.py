@@ -15,7 +15,7 @@ from steps.models.gpt import GPTLMHeadModel
 from steps.sharding import comm
 from steps.sharding.gpt_init import full_model, gpt_batch, gpt_config, param_shapes
 from steps.sharding.native.parallelize import gpt_mesh_shape, parallelize_gpt, shards_parameters
-from steps.sharding.native.pipeline import pipeline_gpt
+from steps.sharding.native.pipeline import pipeline_gpt, run_schedule
 from steps.sharding.plan import Plan
 from steps.sharding.reference import gpt_reference
 
@@ -103,15 +103,7 @@ class PipelineEngine(GPTEngine):
         self.stage_params = sum(p.numel() for p in self.model.parameters())
 
     def train_step(self, ids) -> torch.Tensor:
-        losses = []
-        if self.rank == 0:
-            self.schedule.step(ids)
-        elif self.rank == self.world - 1:
-            self.schedule.step(target=ids, losses=losses)
-        else:
-            self.schedule.step()
-        dtype = next(self.model.parameters()).dtype
-        loss = torch.stack(losses).mean().to(dtype) if losses else torch.zeros((), dtype=dtype)
+        loss = run_schedule(self.schedule, self.rank, self.world, ids, next(self.model.parameters()).dtype)
         dist.broadcast(loss, src=self.world - 1)  # reporting only
         return loss
 

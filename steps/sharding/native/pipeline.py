@@ -39,3 +39,17 @@ def pipeline_gpt(model, plan: Plan, rank: int, stages: int):
     pstage = PipelineStage(stage, rank, stages, torch.get_default_device())
     schedule = SCHEDULES[plan.schedule](pstage, n_microbatches=plan.microbatches, loss_fn=causal_lm_loss)
     return stage, schedule
+
+
+def run_schedule(schedule, stage: int, stages: int, ids: torch.Tensor, dtype) -> torch.Tensor:
+    """One step of `schedule` from stage `stage` of `stages`: the first stage feeds the ids, the last
+    takes them as targets and returns its microbatches' mean loss; the others return 0 (the caller
+    broadcasts the last stage's)."""
+    losses = []
+    if stage == 0:
+        schedule.step(ids)
+    elif stage == stages - 1:
+        schedule.step(target=ids, losses=losses)
+    else:
+        schedule.step()
+    return torch.stack(losses).mean().to(dtype) if losses else torch.zeros((), dtype=dtype)
