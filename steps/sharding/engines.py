@@ -37,8 +37,9 @@ class RankEngine(Protocol):
     def full_state(self, kind: str) -> dict:
         """'param' or 'grad': full tensors under the single-device names (parity check only)."""
 
-    def reference(self) -> tuple:
-        """The single-device run (reference.py): per-step losses and gradients, final parameters."""
+    def reference(self, dtype=None) -> tuple:
+        """The single-device run (reference.py): per-step losses and gradients, final parameters;
+        in `dtype` if given (float64: how far an fp32 cell's own reference strays, parity.py)."""
 
     def analytic(self) -> dict:
         """What the plan should cost (analytic.py): state_bytes, comm_bytes, params."""

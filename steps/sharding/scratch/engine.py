@@ -87,8 +87,10 @@ class ScratchEngine:
     def full_state(self, kind: str) -> dict[str, torch.Tensor]:
         return self.model.full_state(kind)
 
-    def reference(self):
-        return mlp_reference(self.plan, self.full, self.dtype)
+    def reference(self, dtype=None):
+        """The single-device run; `dtype` (float64 for an fp32 cell's tolerances) from the same weights."""
+        dtype = dtype or self.dtype
+        return mlp_reference(self.plan, {k: v.to(dtype) for k, v in self.full.items()}, dtype)
 
     def analytic(self) -> dict:
         return costs.mlp_costs(self.plan)
