@@ -12,6 +12,7 @@ SHOWN = Presentation(
         "world": "metrics.world",
         "tokens/s": "metrics.tokens_per_s",
         "state/rank measured÷analytic": "metrics.state_ratio",
+        "params · grads · optimizer per rank ÷ one device": "info.state_split",
         "comm/step dispatch-counted÷analytic": "metrics.dispatch_comm_ratio",
         "comm per mesh axis, link (dispatch-counted)": "info.links",
         "parity": "info.parity",

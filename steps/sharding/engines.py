@@ -82,7 +82,12 @@ def register(backend: str, process: str, target: str, strategies) -> None:
 
 
 _JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp")  # pp: no JAX pipeline here
-register("torch_scratch", TORCHRUN, "steps.sharding.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
+register(
+    "torch_scratch",
+    TORCHRUN,
+    "steps.sharding.scratch.engine:ScratchEngine",
+    ("dp", "fsdp", "tp", "pp", "dp_tp", "zero1", "zero2"),
+)
 register(
     "torch_native",
     TORCHRUN,

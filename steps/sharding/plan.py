@@ -39,9 +39,20 @@ STRATEGY_AXES = {
     "dp_fsdp_tp": ("dp", "fsdp", "tp"),  # HSDP (replicate over dp, shard over fsdp) x TP
     "ep": ("ep",),  # expert parallelism: the MoE GPT's experts sharded, the batch split (expert_parallel.py)
     "fsdp_ep": ("fsdp", "ep"),  # EP inside FSDP: dense sharded over fsdp·ep, experts over ep then fsdp
+    "zero1": ("dp",),  # ZeRO-1: DP replicas, the optimizer state sharded over dp (scratch/zero1.py)
+    "zero2": ("dp",),  # ZeRO-2: the gradients too (scratch/zero2.py); ZeRO-3 is fsdp
 }
-Strategy = Literal["single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep"]
-PRETTY = {"dp_tp": "dp×tp", "fsdp_tp": "fsdp×tp", "dp_fsdp_tp": "dp×fsdp×tp", "fsdp_ep": "fsdp×ep"}
+Strategy = Literal[
+    "single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep", "zero1", "zero2"
+]
+PRETTY = {
+    "dp_tp": "dp×tp",
+    "fsdp_tp": "fsdp×tp",
+    "dp_fsdp_tp": "dp×fsdp×tp",
+    "fsdp_ep": "fsdp×ep",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
+}
 Backend = Literal["torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons"]
 BACKENDS = get_args(Backend)
 

@@ -126,6 +126,7 @@ def run(ctx) -> dict:
         f"(tol {plan.tolerance:.0e})",
         notes=notes(plan, m, ranks[0]),
         links=m.get("links", ""),
+        state_split=" · ".join(f"{m[f'state_{k}_of_one_device']:.2f}" for k in ("params", "grads", "optim")),
         worst_param=ranks[0].get("dparam_where", ""),
     )
     if not m["parity_ok"]:

@@ -43,10 +43,13 @@ def local_bytes(tensors) -> int:
     return total
 
 
-def state_bytes(params, opt) -> dict:
-    """Params, grads and optimizer moments this rank holds (DTensor: its local shard)."""
+def state_bytes(params, opt, held: dict | None = None) -> dict:
+    """Params, grads and optimizer moments this rank holds (DTensor: its local shard). `held`: the
+    params and grads the rank keeps when the optimizer's parameters are views into them (ZeRO-1/2:
+    a whole replica, of which the optimizer steps this rank's slice; scratch/zero1.py)."""
     moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
-    return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params), "optim": local_bytes(moments)}
+    held = held or {"params": params, "grads": [p.grad for p in params]}
+    return {"params": local_bytes(held["params"]), "grads": local_bytes(held["grads"]), "optim": local_bytes(moments)}
 
 
 def device_sync() -> None:
@@ -188,7 +191,7 @@ def run(plan: Plan, out: Path) -> dict:
         over["grad"] = worse(over.get("grad"), *over_tolerance(grads, ref[1][step], tols["grad"][step], plan.tolerance))
         spreads.append(replica_spread(comm.all_states(grads)))
     rec["peak_rss_bytes"] = hardware.peak_rss_bytes()
-    rec["state_bytes"] = state_bytes(params, opt)
+    rec["state_bytes"] = state_bytes(params, opt, engine.model.held() if hasattr(engine.model, "held") else None)
     final = engine.full_state("param")
     rec["dparam"], rec["dparam_where"] = max_delta(final, ref[2])
     over["param"] = worse(None, *over_tolerance(final, ref[2], tols["param"], plan.tolerance))
