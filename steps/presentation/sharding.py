@@ -23,7 +23,8 @@ SHOWN = Presentation(
     },
     headline=(
         "worst parity error ÷ its tolerance (max of |Δloss|, |Δgrad|, |Δparam|, replica spread on every "
-        "rank vs one device after K steps; tolerance 1e-5 fp32, 1e-12 fp64)",
+        "rank vs one device after K steps; tolerance fp64 1e-12, fp32 1e-5 or, per tensor of a torch cell, twice "
+        "one fp32 device's own error against the fp64 run where that is larger)",
         "worst error ÷ tolerance",
         "max",
     ),

@@ -232,7 +232,8 @@ class Plan(MeshPlan):
 
     @property
     def tolerance(self) -> float:
-        """The parity target: 1e-5 in fp32, 1e-12 in fp64."""
+        """The parity target: 1e-5 in fp32 (a floor: a torch cell widens it per tensor to twice one fp32
+        device's own error against the fp64 run, parity.rounding_tolerances), 1e-12 in fp64."""
         return 1e-12 if self.dtype == "float64" else 1e-5
 
     def pipeline_bubble(self) -> float:
