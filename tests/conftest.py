@@ -411,12 +411,15 @@ def assert_matches_single_device(p, ranks: list[dict], m: dict) -> None:
     assert len(ranks) == (1 if backend.startswith("jax") else p.world)
     assert "wire_tx_bytes_step" not in m  # one host: no link between hosts to count
     assert all(len(r["dgrad"]) == len(r["dloss"]) == p.steps and "dparam" in r for r in ranks)
-    assert m["parity_max_dloss"] <= p.tolerance
-    assert m["parity_max_dgrad"] <= p.tolerance  # gradients, not only losses (FSDP2-on-gloo report)
-    assert m["parity_max_dparam"] <= p.tolerance
+    # an fp32 torch rank's tensors each have their own tolerance (parity.rounding_tolerances): >= p.tolerance
+    widest = max([o["tol"] for r in ranks for o in r.get("over", {}).values()], default=p.tolerance)
+    assert m["parity_max_dloss"] <= widest
+    assert m["parity_max_dgrad"] <= widest  # gradients, not only losses (FSDP2-on-gloo report)
+    assert m["parity_max_dparam"] <= widest
     assert m["parity_replica_spread"] <= p.tolerance
+    assert all(o["ratio"] <= 1 for r in ranks for o in r.get("over", {}).values())
     kinds = ("parity_max_dloss", "parity_max_dgrad", "parity_max_dparam", "parity_replica_spread", "parity_xbackend")
-    assert m["parity_err_worst"] == max(m.get(k, 0.0) for k in kinds)
+    assert m["parity_err_worst"] <= max(m.get(k, 0.0) for k in kinds) and m["parity_tol"] >= p.tolerance
     assert m["parity_err_over_tol"] == m["parity_err_worst"] / m["parity_tol"]
     assert m["parity_ok"] == 1.0
     assert abs(m["state_ratio"] - 1) <= 0.01

@@ -18,11 +18,27 @@ if TYPE_CHECKING:  # annotations only: this package imports neither torch nor th
 
 
 def mlp_costs(plan: Plan) -> dict:
-    """The engines' analytic(): state bytes, comm bytes, parameter count of the MLP."""
+    """The engines' analytic(): state bytes (and its parts), comm bytes, parameter count of the MLP."""
+    parts = state_parts(plan, mlp_local_params(plan))
     return {
-        "state_bytes": plan.state_tensors * mlp_local_params(plan) * plan.bytes_per_elem,
+        "state_bytes": sum(parts.values()),
+        "state_parts": parts,
         "comm_bytes": mlp_comm(plan),
         "params": mlp_psi(plan),
+    }
+
+
+def state_parts(plan: Plan, local: float) -> dict:
+    """Per-rank bytes of params, grads and optimizer moments for `local` parameters on the rank (after
+    TP, PP and FSDP = ZeRO-3). ZeRO-1 (strategy zero1) divides the moments by the dp ranks, ZeRO-2
+    (zero2) the gradients too; the replicas keep every parameter. Their comm is DP's: a reduce-scatter
+    and an all-gather (2Ψ) are one all-reduce's bytes (comm.mlp_comm)."""
+    b, n = plan.bytes_per_elem, plan.axis("dp")
+    stage = {"zero1": 1, "zero2": 2}.get(plan.strategy, 0)
+    return {
+        "params": local * b,
+        "grads": local * b / (n if stage >= 2 else 1),
+        "optim": (plan.state_tensors - 2) * local * b / (n if stage >= 1 else 1),
     }
 
 

@@ -12,6 +12,7 @@ SHOWN = Presentation(
         "world": "metrics.world",
         "tokens/s": "metrics.tokens_per_s",
         "state/rank measured÷analytic": "metrics.state_ratio",
+        "params · grads · optimizer per rank ÷ one device": "info.state_split",
         "comm/step dispatch-counted÷analytic": "metrics.dispatch_comm_ratio",
         "comm per mesh axis, link (dispatch-counted)": "info.links",
         "parity": "info.parity",
@@ -22,7 +23,8 @@ SHOWN = Presentation(
     },
     headline=(
         "worst parity error ÷ its tolerance (max of |Δloss|, |Δgrad|, |Δparam|, replica spread on every "
-        "rank vs one device after K steps; tolerance 1e-5 fp32, 1e-12 fp64)",
+        "rank vs one device after K steps; tolerance fp64 1e-12, fp32 1e-5 or, per tensor of a torch cell, twice "
+        "one fp32 device's own error against the fp64 run where that is larger)",
         "worst error ÷ tolerance",
         "max",
     ),

@@ -37,8 +37,9 @@ class RankEngine(Protocol):
     def full_state(self, kind: str) -> dict:
         """'param' or 'grad': full tensors under the single-device names (parity check only)."""
 
-    def reference(self) -> tuple:
-        """The single-device run (reference.py): per-step losses and gradients, final parameters."""
+    def reference(self, dtype=None) -> tuple:
+        """The single-device run (reference.py): per-step losses and gradients, final parameters;
+        in `dtype` if given (float64: how far an fp32 cell's own reference strays, parity.py)."""
 
     def analytic(self) -> dict:
         """What the plan should cost (analytic.py): state_bytes, comm_bytes, params."""
@@ -81,7 +82,12 @@ def register(backend: str, process: str, target: str, strategies) -> None:
 
 
 _JAX_STRATEGIES = ("single", "dp", "fsdp", "tp", "dp_tp", "fsdp_tp", "dp_fsdp_tp")  # pp: no JAX pipeline here
-register("torch_scratch", TORCHRUN, "steps.sharding.scratch.engine:ScratchEngine", ("dp", "fsdp", "tp", "pp", "dp_tp"))
+register(
+    "torch_scratch",
+    TORCHRUN,
+    "steps.sharding.scratch.engine:ScratchEngine",
+    ("dp", "fsdp", "tp", "pp", "dp_tp", "zero1", "zero2"),
+)
 register(
     "torch_native",
     TORCHRUN,

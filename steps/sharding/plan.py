@@ -43,9 +43,25 @@ STRATEGY_AXES = {
     "pp_dp": ("pp", "dp"),
     "pp_tp": ("pp", "tp"),
     "pp_fsdp": ("pp", "fsdp"),
+    "zero1": ("dp",),  # ZeRO-1: DP replicas, the optimizer state sharded over dp (scratch/zero1.py)
+    "zero2": ("dp",),  # ZeRO-2: the gradients too (scratch/zero2.py); ZeRO-3 is fsdp
 }
 Strategy = Literal[
-    "single", "dp", "fsdp", "tp", "pp", "dp_tp", "fsdp_tp", "dp_fsdp_tp", "ep", "fsdp_ep", "pp_dp", "pp_tp", "pp_fsdp"
+    "single",
+    "dp",
+    "fsdp",
+    "tp",
+    "pp",
+    "dp_tp",
+    "fsdp_tp",
+    "dp_fsdp_tp",
+    "ep",
+    "fsdp_ep",
+    "pp_dp",
+    "pp_tp",
+    "pp_fsdp",
+    "zero1",
+    "zero2",
 ]
 PRETTY = {
     "dp_tp": "dp×tp",
@@ -55,6 +71,8 @@ PRETTY = {
     "pp_dp": "pp×dp",
     "pp_tp": "pp×tp",
     "pp_fsdp": "pp×fsdp",
+    "zero1": "ZeRO-1",
+    "zero2": "ZeRO-2",
 }
 Backend = Literal["torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons"]
 BACKENDS = get_args(Backend)
@@ -243,7 +261,8 @@ class Plan(MeshPlan):
 
     @property
     def tolerance(self) -> float:
-        """The parity target: 1e-5 in fp32, 1e-12 in fp64."""
+        """The parity target: 1e-5 in fp32 (a floor: a torch cell widens it per tensor to twice one fp32
+        device's own error against the fp64 run, parity.rounding_tolerances), 1e-12 in fp64."""
         return 1e-12 if self.dtype == "float64" else 1e-5
 
     def pipeline_bubble(self) -> float:

@@ -36,7 +36,8 @@ class Launch:
 @dataclass(frozen=True, kw_only=True)
 class Fault:
     """sharding.fault, test fixtures (worker.py): a rank that exits or hangs (kill_rank), a replica
-    that drifts (diverge_rank), every rank pausing before a step (hold_s: the cut-link test)."""
+    that drifts (diverge_rank), every rank pausing before a step (hold_s: the cut-link test), a rank
+    whose gradients are scaled wrong before one optimizer step (scale_grad_rank)."""
 
     at_step: int = 1
     diverge_by: float = 1e-3
@@ -45,3 +46,5 @@ class Fault:
     hold_s: float = 0
     kill_rank: int = -1
     mode: Literal["exit", "hang"] = "exit"
+    scale_grad_by: float = 1.0
+    scale_grad_rank: int = -1

@@ -38,6 +38,7 @@ def summarize(plan, ranks: list[dict]) -> dict:
         "pipeline_bubble": plan.pipeline_bubble(),
         "max_inflight_microbatches": max(r.get("max_inflight", 0) for r in ranks),
     }
+    m.update(state_split(plan, ranks))
     if "comm_groups" in r0:  # torch cells: bytes per mesh axis, and the link (intra- or inter-node) it uses
         local = r0.get("local_world", plan.world)
         link_m, m["links"] = links.per_link(plan.mesh, local, [r["comm_groups"] for r in ranks])
@@ -52,6 +53,23 @@ def summarize(plan, ranks: list[dict]) -> dict:
     if "xb_dparam" in r0:  # JAX cells: the same plan in torch from the same weights and batch
         m["xbackend_max_dloss"], m["xbackend_max_dparam"] = r0["xb_dloss"], r0["xb_dparam"]
     return m
+
+
+PARTS = ("params", "grads", "optim")
+
+
+def state_split(plan, ranks: list[dict]) -> dict:
+    """Each part of the state (params, grads, optimizer moments) on the fullest rank ÷ what one device
+    holds of it (ZeRO-1: 1, 1, 1/N; ZeRO-2: 1, 1/N, 1/N; FSDP = ZeRO-3: 1/N each), and, where the
+    analytic model gives the parts, the worst rank's measured ÷ analytic of each."""
+    one = {"params": 1, "grads": 1, "optim": plan.state_tensors - 2}
+    psi_bytes = ranks[0]["analytic"]["params"] * plan.bytes_per_elem
+    out = {f"state_{k}_of_one_device": max(r["state_bytes"][k] for r in ranks) / (one[k] * psi_bytes) for k in PARTS}
+    if "state_parts" in ranks[0]["analytic"]:
+        for k in PARTS:
+            ratios = [r["state_bytes"][k] / r["analytic"]["state_parts"][k] for r in ranks]
+            out[f"state_{k}_ratio"] = max(ratios, key=lambda x: abs(x - 1))
+    return out
 
 
 def per_rank_table(ranks: list[dict]):

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from steps import hardware, lifeline
 from steps.sharding import comm, engines, nodes
-from steps.sharding.parity import max_delta, replica_spread
+from steps.sharding.parity import max_delta, over_tolerance, replica_spread, rounding_tolerances, worse
 from steps.sharding.plan import Plan, plan_from_argv
 from steps.sharding.reference import DTYPES
 
@@ -43,10 +43,13 @@ def local_bytes(tensors) -> int:
     return total
 
 
-def state_bytes(params, opt) -> dict:
-    """Params, grads and optimizer moments this rank holds (DTensor: its local shard)."""
+def state_bytes(params, opt, held: dict | None = None) -> dict:
+    """Params, grads and optimizer moments this rank holds (DTensor: its local shard). `held`: the
+    params and grads the rank keeps when the optimizer's parameters are views into them (ZeRO-1/2:
+    a whole replica, of which the optimizer steps this rank's slice; scratch/zero1.py)."""
     moments = [v for p in params for k, v in opt.state[p].items() if k in ("exp_avg", "exp_avg_sq", "momentum_buffer")]
-    return {"params": local_bytes(params), "grads": local_bytes(p.grad for p in params), "optim": local_bytes(moments)}
+    held = held or {"params": params, "grads": [p.grad for p in params]}
+    return {"params": local_bytes(held["params"]), "grads": local_bytes(held["grads"]), "optim": local_bytes(moments)}
 
 
 def device_sync() -> None:
@@ -86,6 +89,18 @@ def maybe_diverge(plan: Plan, named_params, rank: int, step: int) -> None:
             return
 
 
+@torch.no_grad()
+def maybe_scale_grads(plan: Plan, params, rank: int, step: int) -> None:
+    """Test fixture (fault.scale_grad_rank): before the optimizer step of fault.at_step, that rank
+    multiplies every gradient it holds by fault.scale_grad_by, as a wrong loss or all-reduce scaling
+    on one rank would. The cell's parity check must fail."""
+    f = plan.fault
+    if f.scale_grad_rank == rank and step == f.at_step:
+        for p in params:
+            if p.grad is not None:
+                (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).mul_(float(f.scale_grad_by))
+
+
 def check_loss_dtype(loss: torch.Tensor, dtype) -> None:
     """A float64 plan whose loss comes back float32 compares float32 rounding against 1e-12."""
     if loss.dtype != dtype:
@@ -93,6 +108,19 @@ def check_loss_dtype(loss: torch.Tensor, dtype) -> None:
             f"parity: the engine's loss is {loss.dtype} in a {dtype} plan: the loss is computed below "
             "the plan's precision (a .float() on the logits?), so the loss parity would measure that rounding"
         )
+
+
+def reference_and_tolerances(engine, plan: Plan) -> tuple:
+    """Rank 0's single-device run, handed to every rank, with the per-tensor tolerances of an fp32
+    cell (parity.rounding_tolerances: the same run in fp64 says how far fp32 itself strays; None
+    in fp64, whose tolerance is the plan's)."""
+    if dist.get_rank() != 0:
+        return comm.from_rank0(None)
+    ref = engine.reference()
+    tols = None
+    if plan.dtype == "float32":
+        tols = rounding_tolerances(ref, engine.reference(torch.float64), plan.tolerance)
+    return comm.from_rank0((ref, tols))
 
 
 def wire_counter() -> Path | None:
@@ -109,12 +137,14 @@ def run(plan: Plan, out: Path) -> dict:
     dtype = DTYPES[plan.dtype]
     torch.manual_seed(plan.seed)
     engine = engines.load(plan)(plan, dtype)
-    ref = comm.from_rank0(engine.reference() if rank == 0 else None)  # (losses, grads, final params)
+    ref, tols = reference_and_tolerances(engine, plan)  # ref: (losses, grads, final params)
+    tols = tols or {"loss": [plan.tolerance] * plan.steps, "grad": [None] * plan.steps, "param": None}
     named = [(n, p) for n, p in engine.model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
     opt = plan.optimizer_for(params)
     counter = comm.COUNTER
     rec = {"rank": rank, "world": world, "losses": [], "step_s": [], "comm_bytes": [], "dgrad": [], "dloss": []}
+    over: dict[str, dict] = {}  # per kind, the worst share of its tensor's tolerance (parity.verdict)
     groups: dict[str, float] = {}
     spreads = []  # (max |view_r - view_0| over the ranks, name): gradients every step, then parameters
     # bytes on the wire where a link between hosts is named: every rank joins one more barrier per
@@ -135,6 +165,7 @@ def run(plan: Plan, out: Path) -> dict:
         opt.zero_grad(set_to_none=True)
         with engine.comm_mode(counter, world):
             loss = engine.train_step(batch)
+        maybe_scale_grads(plan, params, rank, step)
         opt.step()
         device_sync()
         rec["step_s"].append(time.perf_counter() - t0)
@@ -152,14 +183,19 @@ def run(plan: Plan, out: Path) -> dict:
         dist.all_reduce(loss)  # reporting only: the mean of the ranks' losses (equal slices)
         rec["losses"].append(loss.item() / world)
         rec["dloss"].append(abs(rec["losses"][-1] - ref[0][step]))
+        dloss, tol = rec["dloss"][-1], tols["loss"][step]
+        over["loss"] = worse(over.get("loss"), dloss / tol, dloss, tol, "")
         grads = engine.full_state("grad")
         delta, rec["dgrad_where"] = max_delta(grads, ref[1][step])
         rec["dgrad"].append(delta)
+        over["grad"] = worse(over.get("grad"), *over_tolerance(grads, ref[1][step], tols["grad"][step], plan.tolerance))
         spreads.append(replica_spread(comm.all_states(grads)))
     rec["peak_rss_bytes"] = hardware.peak_rss_bytes()
-    rec["state_bytes"] = state_bytes(params, opt)
+    rec["state_bytes"] = state_bytes(params, opt, engine.model.held() if hasattr(engine.model, "held") else None)
     final = engine.full_state("param")
     rec["dparam"], rec["dparam_where"] = max_delta(final, ref[2])
+    over["param"] = worse(None, *over_tolerance(final, ref[2], tols["param"], plan.tolerance))
+    rec["over"] = over
     spreads.append(replica_spread(comm.all_states(final)))
     rec["replica_spread"], rec["replica_where"] = max(spreads)
     rec["analytic"] = engine.analytic()

@@ -49,8 +49,10 @@ class GPTEngine:
         ids = gpt_batch(self.plan, step)
         return ids.chunk(self.data_size)[self.data_rank]
 
-    def reference(self):
-        return gpt_reference(self.plan, self.dtype)
+    def reference(self, dtype=None):
+        """The single-device run; `dtype` (float64 for an fp32 cell's tolerances) from the same weights
+        (full_model casts the fp32 initialisation)."""
+        return gpt_reference(self.plan, dtype or self.dtype)
 
     def analytic(self) -> dict:
         return costs.gpt_costs(self.plan, self.shapes, self.stage_params)

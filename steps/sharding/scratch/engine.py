@@ -1,4 +1,4 @@
-"""The from-scratch engine: one of dp/tp/fsdp/pp (or dp×tp: DataParallel over TP shards) built
+"""The from-scratch engine: one of dp/tp/fsdp/pp/zero1/zero2 (or dp×tp: DataParallel over TP shards) built
 from the plan, behind the RankEngine interface the rank loop drives (engines.py).
 
 BUILDERS maps each strategy to a function returning (the sharded MLP, this rank's index on the
@@ -21,6 +21,8 @@ from steps.sharding.scratch.ep import ScratchGPTEngine
 from steps.sharding.scratch.fsdp import FullyShardedMLP
 from steps.sharding.scratch.pp import PipelineMLP
 from steps.sharding.scratch.tp import TensorParallelMLP
+from steps.sharding.scratch.zero1 import ZeRO1MLP
+from steps.sharding.scratch.zero2 import ZeRO2MLP
 from steps.sharding.toy_mlp import MLP
 from steps.sharding.toy_mlp_init import init_plan_mlp, make_batch
 
@@ -51,7 +53,23 @@ def build_dp_tp(plan: Plan, full: dict):
     return model, mesh.get_local_rank("dp"), plan.axis("dp")
 
 
-BUILDERS = {"dp": build_dp, "fsdp": build_fsdp, "tp": build_tp, "pp": build_pp, "dp_tp": build_dp_tp}
+def build_zero1(plan: Plan, full: dict):
+    return ZeRO1MLP(full), *_whole_world()
+
+
+def build_zero2(plan: Plan, full: dict):
+    return ZeRO2MLP(full), *_whole_world()
+
+
+BUILDERS = {
+    "dp": build_dp,
+    "fsdp": build_fsdp,
+    "tp": build_tp,
+    "pp": build_pp,
+    "dp_tp": build_dp_tp,
+    "zero1": build_zero1,
+    "zero2": build_zero2,
+}
 
 
 class ScratchEngine:
@@ -87,8 +105,10 @@ class ScratchEngine:
     def full_state(self, kind: str) -> dict[str, torch.Tensor]:
         return self.model.full_state(kind)
 
-    def reference(self):
-        return mlp_reference(self.plan, self.full, self.dtype)
+    def reference(self, dtype=None):
+        """The single-device run; `dtype` (float64 for an fp32 cell's tolerances) from the same weights."""
+        dtype = dtype or self.dtype
+        return mlp_reference(self.plan, {k: v.to(dtype) for k, v in self.full.items()}, dtype)
 
     def analytic(self) -> dict:
         return costs.mlp_costs(self.plan)

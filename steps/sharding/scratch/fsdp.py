@@ -58,7 +58,11 @@ class FSDPUnit(nn.Module):
         self.chunk = math.ceil(self.numel / self.size)
         flat = torch.zeros(self.chunk * self.size, dtype=tensors[0].dtype)
         flat[: self.numel] = torch.cat([t.reshape(-1) for t in tensors])
-        self.shard = nn.Parameter(flat[self.rank * self.chunk : (self.rank + 1) * self.chunk].clone())
+        self.shard = self.own(flat)
+
+    def own(self, flat: torch.Tensor) -> nn.Parameter:
+        """This rank's slice of the flat block, a copy: the rest is dropped (ZeRO-1/2 keep it: zero1.py)."""
+        return nn.Parameter(flat[self.rank * self.chunk : (self.rank + 1) * self.chunk].clone())
 
     def gather(self, shard: torch.Tensor) -> torch.Tensor:
         out = torch.empty(self.chunk * self.size, dtype=shard.dtype)
@@ -73,8 +77,10 @@ class FSDPUnit(nn.Module):
 
 
 class FullyShardedMLP(Stack):
+    unit = FSDPUnit  # zero1.py/zero2.py: the block kept whole, its optimizer state (and gradient) sharded
+
     def __init__(self, full: dict[str, torch.Tensor], group=None):
-        super().__init__(FSDPUnit(full, i, group) for i in range(n_blocks(full)))
+        super().__init__(self.unit(full, i, group) for i in range(n_blocks(full)))
 
     @torch.no_grad()
     def full_state(self, kind: str = "param") -> dict[str, torch.Tensor]:
