@@ -10,6 +10,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from steps.models.parity import compare
 from steps.models.parity_bugs import BUGS, catalogue_rows, first_flagged, plant
+from steps.presentation.gpt_parity import SHOWN, columns_for
 from tests.conftest import run_stage, stage_params
 
 torch.set_num_threads(1)
@@ -64,6 +65,9 @@ def test_stage_logs_the_bug_table(tmp_path):
     rec = json.loads((tmp_path / "results/gpt_parity/tiny/metrics.json").read_text())
     assert rec["status"] == "ok" and rec["metrics"]["bugs_localised"] == 1.0
     assert rec["metrics"]["all_pass"] == 1.0  # the unplanted parity rows are unaffected
+    title = "planted bugs named"  # the report's column, shown for cells that plant bugs only
+    assert SHOWN.columns[title].partition(".")[2] in rec["metrics"]
+    assert title in columns_for(params) and title not in columns_for({"bugs": []})
     df = pd.read_csv(tmp_path / "results/gpt_parity/tiny/bugs.csv")
     assert list(df.bug) == list(BUGS) and (df.first_flagged == df.expected).all()
 

@@ -66,17 +66,35 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets, dropout: float =
     return names
 
 
+def merge_lora(model: nn.Module) -> nn.Module:
+    """In place: every LoRALinear back to a plain nn.Linear holding W + s · B A (the same function with
+    dropout 0); its parameters trainable again, as in the base model."""
+    for name, m in list(model.named_modules()):
+        if isinstance(m, LoRALinear):
+            parent_name, _, child = name.rpartition(".")
+            kw = {"device": m.weight.device, "dtype": m.weight.dtype}
+            plain = nn.Linear(m.in_features, m.out_features, bias=m.bias is not None, **kw)
+            with torch.no_grad():
+                plain.weight.copy_(m.merged_weight())
+                if m.bias is not None:
+                    plain.bias.copy_(m.bias)
+            setattr(model.get_submodule(parent_name), child, plain)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model
+
+
 def trainable_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
-    """Bytes of every tensor in the optimizer's state, measured (AdamW: exp_avg, exp_avg_sq, step)."""
-    return sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
+def optimizer_state_bytes(state: dict) -> int:
+    """Bytes of every tensor in an optimizer's state (`opt.state`, or a saved `state_dict()["state"]`),
+    measured: AdamW's exp_avg, exp_avg_sq and step."""
+    return sum(t.numel() * t.element_size() for s in state.values() for t in s.values() if torch.is_tensor(t))
 
 
-def adamw_state_bytes_analytic(opt: torch.optim.Optimizer) -> int:
-    """AdamW's state from the parameter count alone: 2 moments per trainable element (the parameters'
+def adamw_state_bytes_analytic(model: nn.Module) -> int:
+    """AdamW's state from the trainable parameters alone: 2 moments per element (the parameters'
     dtype) + one float32 step count per tensor."""
-    params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
-    return sum(2 * p.numel() * p.element_size() + 4 for p in params)
+    return sum(2 * p.numel() * p.element_size() + 4 for p in model.parameters() if p.requires_grad)
