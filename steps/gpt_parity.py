@@ -18,6 +18,8 @@ max(1, |HF logits|), other points <= tol_fp32_rel * max(1, |reference|) (configs
 (HF's tanh formula op by op, ours torch's fused F.gelu(approximate="tanh"), 1 ulp apart) and Llama's
 and Mixtral's RoPE tables (HF computes the angles pos·θ in float32, ours in float64), each grown by the
 following norm.
+`bugs` (GPT-2 cells): the seed's bug catalogue (steps/models/parity_bugs.py), each bug planted in a copy of our
+model; table `bugs` names the first forward point the harness flags and its error, per dtype (fast variant).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from steps.core import InputError, SkipCell, Stage, StageRun
 from steps.models import llama_convert, mixtral_convert
 from steps.models.generate import generate
 from steps.models.parity import compare
+from steps.models.parity_bugs import BUGS, catalogue_rows
 from steps.presentation.gpt_parity import SHOWN
 
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
@@ -65,6 +68,7 @@ class GptParityConfig(Section):
     tol_fp32_logits: float
     tol_fp32_rel: float
     fail_on_mismatch: bool
+    bugs: tuple[str, ...]  # keys of parity_bugs.BUGS planted one at a time (GPT-2 cells)
 
 
 def load_hf(p: GptParityConfig, dtype):
@@ -115,8 +119,40 @@ def greedy_rows(hf, ours, prompt, n_new, dtype_name):
     ]
 
 
+def bug_catalogue(ctx: StageRun, p: GptParityConfig) -> dict:
+    """Each of p.bugs planted in a copy of our model, per dtype: the first point flagged, by how much."""
+    rows = []
+    for dtype_name in p.dtypes:
+        hf = load_hf(p, getattr(torch, dtype_name)).to(ctx.device).eval()
+        T = min(p.seq_len, hf.config.max_position_embeddings)
+        ids = torch.randint(
+            0, hf.config.vocab_size, (p.batch_size, T), generator=torch.Generator().manual_seed(ctx.seed)
+        )
+        fp64 = dtype_name == "float64"
+        tols = (p.tol_fp64, None, p.tol_fp64) if fp64 else (p.tol_fp64, p.tol_fp32_rel, p.tol_fp32_logits)
+        rows += [
+            {"dtype": dtype_name, **r}
+            for r in catalogue_rows(hf, ids.to(ctx.device), *tols, bugs=p.bugs, seed=ctx.seed)
+        ]
+    df = pd.DataFrame(rows)
+    ctx.log_table(df, "bugs")
+    out = {"bugs_localised": float(df.localised.mean())}
+    for r in df.itertuples():
+        out[f"bug_{r.bug}_{r.dtype}_err"] = r.first_err
+    ctx.info["bugs"] = {f"{r.bug} {r.dtype}": r.first_flagged for r in df.itertuples()}
+    missed = [f"{r.bug} {r.dtype}: {r.first_flagged} (expected {r.expected})" for r in df[~df.localised].itertuples()]
+    if missed and p.fail_on_mismatch:
+        raise AssertionError(f"bug catalogue: harness did not name the expected point for {missed}")
+    return out
+
+
 def run(ctx: StageRun) -> dict:
     p = GptParityConfig.of(ctx.params)
+    if p.bugs and (p.hf_model != "gpt2" or p.pretrained or any(b not in BUGS for b in p.bugs)):
+        raise InputError(
+            f"gpt_parity.bugs={list(p.bugs)}: known bugs {list(BUGS)}, on random-init hf_model gpt2 cells only; "
+            "fix: drop `bugs` from this cell"
+        )
     ctx.use_threads(p.job_threads)
     device = ctx.device
     if p.pretrained and device.type != "cuda" and not p.allow_cpu_pretrained:
@@ -158,7 +194,7 @@ def run(ctx: StageRun) -> dict:
     ctx.info["failed"] = [f"{r.dtype} {r.variant} {r.point}" for r in df[~df["pass"]].itertuples()]
     if ctx.info["failed"] and p.fail_on_mismatch:
         raise AssertionError(f"parity failed at {ctx.info['failed'][:10]}")
-    return out
+    return out | (bug_catalogue(ctx, p) if p.bugs else {})
 
 
 STAGE = Stage.of(__spec__.name, run, SHOWN)

@@ -29,9 +29,10 @@ from steps.models.bench import bench_dtypes, run_benchmark
 from steps.models.generate import WHITESPACE_NOTE, beam_search, generate, visible
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.hf_export import export_cell
+from steps.models.lora import adamw_state_bytes_analytic, apply_lora, merge_lora, optimizer_state_bytes
 from steps.models.train_config import GptTrainConfig, Samples
 from steps.models.train_step import matmul_dtype
-from steps.models.training import TokenWindows, evaluate, train
+from steps.models.training import TokenWindows, evaluate, read_checkpoint, train
 from steps.presentation.gpt_train import SHOWN
 
 matplotlib.use("Agg")  # jobs draw to files, never to a display
@@ -135,6 +136,37 @@ def write_samples(ctx, s: Samples, model, tok, device) -> None:
     ctx.log_text("\n".join(lines), "samples.md")
 
 
+def start_from(ctx: StageRun, p: GptTrainConfig, model) -> dict:
+    """Fine-tuning: load the init_from cell's checkpoint into `model`, then put LoRA on it (p.lora).
+    Returns the parameter counts the cell reports."""
+    if p.init_from:
+        ckpt = Path(ctx.inputs["base"]).parent / "ckpt.pt"
+        if not ckpt.exists():
+            raise InputError(f"{ckpt} does not exist; fix: rerun gpt_train cell {p.init_from!r} (init_from)")
+        try:
+            model.load_state_dict(read_checkpoint(ckpt)["model"])
+        except RuntimeError as exc:
+            raise InputError(
+                f"{ckpt} does not fit this cell's model ({str(exc).splitlines()[0]}); fix: give gpt_train cell "
+                f"{ctx.cell!r} the model section of {p.init_from!r}"
+            ) from None
+    total = sum(q.numel() for q in model.parameters())
+    if p.lora:
+        try:
+            apply_lora(model, p.lora["r"], p.lora["alpha"], p.lora["targets"], p.lora["dropout"])
+        except ValueError as exc:
+            raise InputError(f"gpt_train.lora.targets: {exc}; fix: name modules of the GPT (q_proj, c_fc, ...)")
+    trainable = sum(q.numel() for q in model.parameters() if q.requires_grad)
+    return {"trainable_params": trainable, "trainable_fraction": trainable / total}
+
+
+def optimizer_state(ctx: StageRun, model) -> dict:
+    """AdamW's state bytes as saved in the final checkpoint (measured) against 2 moments per trainable
+    element + a step count per tensor (analytic)."""
+    measured = optimizer_state_bytes(read_checkpoint(ctx.out / "ckpt.pt")["optimizer"]["state"])
+    return {"optimizer_state_bytes": measured, "optimizer_state_bytes_analytic": adamw_state_bytes_analytic(model)}
+
+
 def run(ctx: StageRun) -> dict:
     p, device = GptTrainConfig.of(ctx.params), ctx.device
     tok, train_data, val_data = load_data(
@@ -144,6 +176,7 @@ def run(ctx: StageRun) -> dict:
     torch.manual_seed(ctx.seed)
     model = GPTLMHeadModel(cfg).to(device)
     n_params = model.num_params()
+    counts = start_from(ctx, p, model)
     print(f"model: {n_params / 1e6:.2f} M non-embedding params, {len(train_data.tokens)} train tokens")
     val0 = evaluate(model, val_data, p.batch_size, p.eval_batches, device, p.amp)
 
@@ -190,11 +223,15 @@ def run(ctx: StageRun) -> dict:
         **{f"matmul_peak_{k}": v["measured"] for k, v in peaks.items()},
         "train_tokens": len(train_data.tokens),
         "val_tokens": len(val_data.tokens),
+        **counts,
+        **optimizer_state(ctx, model),
     }
     print(f"val loss {val0:.3f} -> {val_final[0]:.3f}; {tokens_s:.0f} tokens/s, MFU {out['mfu']:.1%}")
     if ctx.extra_seed:  # a seed group's further seed (steps/core/job.py): its training outcomes only;
         (ctx.out / "ckpt.pt").unlink(missing_ok=True)  # the samples, model, export and bench are the first seed's
         return out
+    if p.lora:
+        merge_lora(model)  # plain Linears holding W + s·B·A: the samples, the HF export and chat read it as any GPT
     write_samples(ctx, p.samples, model, tok, device)
     out.update(export_cell(ctx, model, tok))  # <cell>/hf/ + the run's MLflow model
     if p.bench.enabled:

@@ -2,6 +2,7 @@
 best sequence is known by brute force."""
 
 import itertools
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -189,3 +190,88 @@ def test_chat_samples_by_default_seeded_and_greedy_on_request(monkeypatch, capsy
         chat.main(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "(default: 0.8)" in help_text and "(default: 200)" in help_text and "--greedy" in help_text
+
+
+# ---- HF generate's controls: num_return_sequences and max_time, equal to HF where HF defines the result ----
+@pytest.fixture(scope="module")
+def hf_and_ours():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from steps.models.hf_convert import from_hf
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        vocab_size=100, n_positions=48, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
+    hf = GPT2LMHeadModel(cfg).eval()  # float32: HF samples from float32 scores, as ours
+    return hf, from_hf(hf).eval()
+
+
+def hf_generate(hf, prompt, **kw):
+    return hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), pad_token_id=0, eos_token_id=None, bos_token_id=None, **kw
+    )
+
+
+PROMPT = torch.randint(0, 100, (2, 4), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0.8, top_k=20, top_p=0.9), dict(temperature=1.3, top_k=0)])
+def test_seeded_sampling_with_num_return_sequences_equals_hf(hf_and_ours, kw):
+    """Same seed, same global RNG: HF's multinomial over its warped float32 scores (temperature, top-k,
+    top-p in that order) and ours draw the same tokens, each prompt repeated n times in a row."""
+    hf, ours = hf_and_ours
+    torch.manual_seed(11)
+    ref = hf_generate(hf, PROMPT, do_sample=True, max_new_tokens=12, num_return_sequences=3, **kw)
+    torch.manual_seed(11)
+    got = generate(ours, PROMPT, 12, do_sample=True, num_return_sequences=3, **{**kw, "top_k": kw["top_k"] or None})
+    assert got.shape == (6, 16) and torch.equal(got[::3, :4], PROMPT) and torch.equal(got[1::3, :4], PROMPT)
+    assert torch.equal(got, ref)
+    assert not torch.equal(got[0], got[1])  # three different samples of one prompt, not copies
+
+
+def test_greedy_equals_hf_and_refuses_several_sequences_as_hf(hf_and_ours):
+    hf, ours = hf_and_ours
+    assert torch.equal(generate(ours, PROMPT, 10), hf_generate(hf, PROMPT, do_sample=False, max_new_tokens=10))
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        hf_generate(hf, PROMPT, do_sample=False, max_new_tokens=3, num_return_sequences=2)
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        generate(ours, PROMPT, 3, num_return_sequences=2)
+
+
+def test_beam_search_num_return_sequences_equals_hf(hf_and_ours):
+    """The n best of num_beams hypotheses, best first, and their length-normalised scores."""
+    hf, ours = hf_and_ours
+    ref = hf_generate(
+        hf, PROMPT[:1], num_beams=4, num_return_sequences=3, max_new_tokens=8, do_sample=False,
+        output_scores=True, return_dict_in_generate=True,
+    )  # fmt: skip
+    seqs, scores = beam_search(ours, PROMPT[:1], num_beams=4, max_new_tokens=8, num_return_sequences=3)
+    assert torch.equal(seqs, ref.sequences)
+    assert scores == pytest.approx(ref.sequences_scores.tolist(), abs=1e-5)
+    best, best_score = beam_search(ours, PROMPT[:1], num_beams=4, max_new_tokens=8)
+    assert torch.equal(best, seqs[:1]) and best_score == scores[0]
+    with pytest.raises(ValueError, match="num_beams"):
+        beam_search(ours, PROMPT[:1], num_beams=2, num_return_sequences=3)
+
+
+def test_max_time_zero_gives_one_token_as_hf(hf_and_ours):
+    """HF's MaxTimeCriteria checks after each token: max_time=0 stops after the first one; so do we."""
+    hf, ours = hf_and_ours
+    ref = hf_generate(hf, PROMPT, do_sample=False, max_new_tokens=10, max_time=0.0)
+    assert ref.shape == (2, 5) and torch.equal(generate(ours, PROMPT, 10, max_time=0.0), ref)
+    assert beam_search(ours, PROMPT[:1], 3, 10, max_time=0.0)[0].shape == (1, 5)
+    assert generate(ours, PROMPT, 10, max_time=60.0).shape == (2, 14)  # a generous limit changes nothing
+
+
+class Slow(Bigram):
+    """A bigram model whose every forward takes 50 ms."""
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False):
+        time.sleep(0.05)
+        return super().forward(input_ids, past_key_values, use_cache)
+
+
+def test_max_time_stops_a_slow_model_midway():
+    out = generate(Slow(TABLE), torch.zeros(1, 1, dtype=torch.long), 100, max_time=0.12, use_cache=False)
+    assert 2 <= out.shape[1] - 1 <= 10  # ~3 tokens of 50 ms cross 0.12 s; far fewer than 100

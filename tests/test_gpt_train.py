@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from steps.config.base import ConfigError
 from steps.models.gpt import GPTConfig, GPTLMHeadModel
 from steps.models.train_config import Bench, GptTrainConfig
 from steps.models.train_step import StepOptions, make_optimizer
@@ -202,3 +203,39 @@ def test_bench_skips_dtypes_without_native_matmul(monkeypatch):
     assert bench_dtypes(ctx, b, torch.device("cpu")) == ["float32"]
     assert "no native bfloat16 matmul" in ctx.info["bench_skipped"]["bfloat16"]
     assert bench_dtypes(ctx, replace(b, enabled=False), torch.device("cpu")) == []
+
+
+def test_lora_and_full_finetuning_cells(gpt_data_dir):
+    """A base cell, then LoRA and full fine-tuning of its checkpoint (init_from): each starts at the
+    base's validation loss, reports its trainable parameters (LoRA: r·(in + out) per adapted matrix)
+    and AdamW's state bytes as saved (measured) = 2 moments per trainable element + a step per tensor."""
+    base = stage_params("gpt_train", **{**TINY_TRAIN, "samples": {**TINY_TRAIN["samples"], "prompts": []}})
+    run_stage(gpt_data_dir, "gpt_train", base, cell="ft_base")
+    m0 = json.loads((gpt_data_dir / "results/gpt_train/ft_base/metrics.json").read_text())["metrics"]
+    L, d, r = TINY_TRAIN["model"]["n_layer"], TINY_TRAIN["model"]["n_embd"], 4
+    lora = {"r": r, "alpha": 8.0, "dropout": 0.0, "targets": ["q_proj", "v_proj", "c_fc"]}
+    out = {}
+    for cell, extra in (("ft_lora", {"lora": lora}), ("ft_full", {})):
+        run_stage(gpt_data_dir, "gpt_train", {**base, "init_from": "ft_base", **extra}, cell=cell)
+        out[cell] = json.loads((gpt_data_dir / f"results/gpt_train/{cell}/metrics.json").read_text())["metrics"]
+        m = out[cell]
+        assert m["val_loss_initial"] == pytest.approx(m0["val_loss_final"], abs=1e-6)  # it started from the base
+        assert m["optimizer_state_bytes"] == m["optimizer_state_bytes_analytic"]
+    assert out["ft_lora"]["trainable_params"] == L * r * ((d + d) + (d + d) + (d + 4 * d))
+    # fp32 moments (2 x 4 bytes an element) + a 4-byte step for each of the 2 x 3 x L adapter tensors
+    assert out["ft_lora"]["optimizer_state_bytes"] == 8 * out["ft_lora"]["trainable_params"] + 4 * 6 * L
+    assert out["ft_full"]["trainable_fraction"] == 1.0 and out["ft_lora"]["trainable_fraction"] < 0.1
+    assert out["ft_lora"]["optimizer_state_bytes"] < out["ft_full"]["optimizer_state_bytes"] / 10
+    assert (gpt_data_dir / "results/gpt_train/ft_lora/hf").exists()  # merged, then exported as a plain GPT-2
+
+
+def test_finetuning_cell_without_its_base_is_clear(gpt_data_dir):
+    """An init_from naming no cell stops with the config check; a declared cell whose checkpoint is gone
+    stops the job with one line naming the file and the cell to rerun."""
+    with pytest.raises(ConfigError, match="gpt_train.init_from"):
+        stage_params("gpt_train", **TINY_TRAIN, init_from="nowhere")
+    params = stage_params("gpt_train", **TINY_TRAIN)
+    assert not (gpt_data_dir / "results/gpt_train/main").exists()
+    proc = run_stage(gpt_data_dir, "gpt_train", {**params, "init_from": "main"}, cell="x", check=False)
+    assert proc.returncode != 0 and "gpt_train/main/ckpt.pt does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr

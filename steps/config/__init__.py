@@ -37,7 +37,11 @@ MATRIX_KEYS = ("cells", "select", "ladder")
 RUN_CACHE_KEYS = ("cache", "cache_dir")
 # Keys whose value names cells of a stage ({stage: {key: the stage whose cells it names}}): the DAG
 # plans those cells' jobs as inputs (rules/perf.smk, rules/scale.smk).
-CELL_REFERENCES = {"perf": {"baseline_cell": "perf"}, "scale": {"measured": "sharding"}}
+CELL_REFERENCES = {
+    "perf": {"baseline_cell": "perf"},
+    "scale": {"measured": "sharding"},
+    "gpt_train": {"init_from": "gpt_train"},
+}
 # Keys renamed since: the error names the new key and how its values map.
 RENAMED = {
     "gpt_train.dtype": "renamed to gpt_train.amp, the precision's name in every stage "

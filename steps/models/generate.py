@@ -4,11 +4,17 @@ The KV cache keeps every layer's keys and values, so each new token costs one ro
 instead of re-running the whole prefix: cached and uncached decoding give the same tokens.
 Works with any model whose forward(input_ids, past_key_values=None, use_cache=False) returns an
 object with .logits and .past_key_values (ours, or a toy one in the tests).
+
+HF generate's controls (tests/test_gpt_generate.py checks each against HF generate on the same weights):
+num_return_sequences (sampling: each prompt repeated n times in a row, HF's order; beams: the n best
+finished hypotheses; greedy: only 1, as HF) and max_time (seconds: stop after the token that crossed it,
+as HF's MaxTimeCriteria, so max_time=0 gives one new token).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +60,14 @@ class _Stepper:
             self.past = tuple((k[idx], v[idx]) for k, v in self.past)
 
 
+def _deadline(max_time: float | None) -> float | None:
+    return None if max_time is None else time.time() + max_time  # HF's MaxTimeCriteria clock
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.time() > deadline
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -66,12 +80,21 @@ def generate(
     eos_token_id: int | None = None,
     use_cache: bool = True,
     generator=None,
+    num_return_sequences: int = 1,
+    max_time: float | None = None,
 ):
     """Greedy (do_sample=False, HF's generate(do_sample=False)) or sampling. A sequence that
-    emitted eos keeps emitting eos (as HF pads); stops when all have, or after max_new_tokens."""
+    emitted eos keeps emitting eos (as HF pads); stops when all have, after max_new_tokens, or once
+    max_time seconds have passed. Sampling returns num_return_sequences rows per prompt: (B·n, T + new)."""
+    if num_return_sequences > 1 and not do_sample:
+        raise ValueError(
+            f"num_return_sequences={num_return_sequences}: greedy decoding gives one sequence per prompt "
+            "(as HF generate); fix: do_sample=True, or beam_search(num_return_sequences=...)"
+        )
+    deadline = _deadline(max_time)
     was_training = model.training
     model.eval()
-    seq, step = input_ids, _Stepper(model, use_cache)
+    seq, step = input_ids.repeat_interleave(num_return_sequences, 0), _Stepper(model, use_cache)  # (B·n, T)
     done = torch.zeros(seq.shape[0], dtype=torch.bool, device=seq.device)
     n_new = seq.shape[1]
     for _ in range(max_new_tokens):
@@ -88,7 +111,7 @@ def generate(
             nxt = nxt.masked_fill(done[:, None], eos_token_id)
             done |= nxt[:, 0] == eos_token_id
         seq, n_new = torch.cat([seq, nxt], dim=1), 1
-        if eos_token_id is not None and bool(done.all()):
+        if (eos_token_id is not None and bool(done.all())) or _past(deadline):
             break
     model.train(was_training)
     return seq
@@ -103,12 +126,20 @@ def beam_search(
     length_penalty: float = 1.0,
     eos_token_id: int | None = None,
     use_cache: bool = True,
+    num_return_sequences: int = 1,
+    max_time: float | None = None,
+    pad_token_id: int | None = None,
 ):
     """Keep the num_beams best partial sequences by summed log-probability. A finished
     hypothesis is scored sum_logprob / new_len**length_penalty (HF's convention: >0 favours
-    longer outputs). input_ids: (1, T). Returns (best sequence (1, T+n), its score)."""
+    longer outputs). input_ids: (1, T). Returns (best sequence (1, T+n), its score); with
+    num_return_sequences=n > 1, the n best as (n, T+n_max) (shorter ones padded with pad_token_id, else
+    eos_token_id, else 0, as HF) and their n scores, best first. Stops early once max_time seconds pass."""
     if input_ids.shape[0] != 1:
         raise ValueError("beam_search takes one prompt (batch 1)")
+    if not 1 <= num_return_sequences <= num_beams:
+        raise ValueError(f"num_return_sequences={num_return_sequences} must be between 1 and num_beams={num_beams}")
+    deadline = _deadline(max_time)
     was_training = model.training
     model.eval()
     T0 = input_ids.shape[1]
@@ -140,13 +171,19 @@ def beam_search(
         step.reorder(idx)
         n_new = 1
         # done when no live beam can beat the worst kept finished one (HF's early_stopping=False)
-        if len(finished) == num_beams and scores.max().item() / t**length_penalty <= finished[-1][0]:
+        beaten = len(finished) == num_beams and scores.max().item() / t**length_penalty <= finished[-1][0]
+        if beaten or _past(deadline):
             break
     for s, hyp in zip(scores.tolist(), seq):
         finished.append((s / (hyp.shape[0] - T0) ** length_penalty, hyp))
-    best_score, best = max(finished, key=lambda x: x[0])
+    ranked = sorted(finished, key=lambda x: -x[0])[:num_return_sequences]
     model.train(was_training)
-    return best[None], best_score
+    if num_return_sequences == 1:
+        return ranked[0][1][None], ranked[0][0]
+    pad = next((t for t in (pad_token_id, eos_token_id) if t is not None), 0)
+    width = max(h.shape[0] for _, h in ranked)
+    seqs = torch.stack([F.pad(h, (0, width - h.shape[0]), value=pad) for _, h in ranked])  # (n, T + n_max)
+    return seqs, [s for s, _ in ranked]
 
 
 WHITESPACE_NOTE = "(⏎ = newline, · = a space you would not see, → = tab: the model's output as it came)"

@@ -94,15 +94,18 @@ def _err(a, b):
     return float((a.detach().double() - b.detach().double()).abs().max())
 
 
-def compare(hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float | None = None, custom: bool = False):
+def compare(
+    hf, ids, tol: float, rel_tol: float | None = None, logits_tol: float | None = None, custom: bool = False, build=None
+):
     """Rows (kind, point, max_abs_err, ref_max_abs, tolerance, pass) for one dtype.
     With rel_tol (fp32), a point's tolerance is rel_tol * max(1, |reference|max), the logits'
     logits_tol * max(1, |logits|max): fp32 rounding error grows with magnitude (GPT-2's residual
     stream reaches the thousands, a pretrained model's logits the hundreds). Without it (fp64) every
     point's tolerance is `tol`, the logits' `logits_tol`, both absolute.
-    custom=True swaps in the hand-written autograd Functions and manual attention."""
+    custom=True swaps in the hand-written autograd Functions and manual attention. build(hf) -> our model
+    replaces the converter's from_hf (parity_bugs plants a bug in the copy it builds)."""
     conv = converter(hf)
-    ours = conv.from_hf(hf)
+    ours = (build or conv.from_hf)(hf)
     if next(hf.parameters()).dtype == torch.float64:
         float64_loss(hf)
     if custom:

@@ -47,6 +47,8 @@ class GptTrainConfig(StepOptions):
     min_lr_ratio: float
     warmup_steps: int
     max_train_tokens: int | None
+    init_from: str | None  # a gpt_train cell whose ckpt.pt this one fine-tunes (None: from scratch)
+    lora: dict | None  # {r, alpha, dropout, targets}: steps/models/lora.py; None = every weight trains
     eval_interval: int = field(metadata=NOT_TRAINED)
     eval_batches: int = field(metadata=NOT_TRAINED)
     ckpt_interval: int = field(metadata=NOT_TRAINED)

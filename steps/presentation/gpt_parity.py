@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from steps.presentation import Presentation
 
+BUG_COLUMNS = ("planted bugs named",)
+
+
+def columns_for(params: dict) -> list[str]:
+    """A cell fills the bug column only when it plants bugs (`bugs`)."""
+    return [t for t in SHOWN.columns if t not in BUG_COLUMNS or params.get("bugs")]
+
+
 SHOWN = Presentation(
     columns={
         "model": "info.model",
@@ -13,6 +21,8 @@ SHOWN = Presentation(
         "fp32 logits err": "metrics.float32_logits_err",
         "greedy == HF": "metrics.greedy_match",
         "all pass": "metrics.all_pass",
+        "planted bugs named": "metrics.bugs_localised",  # cells with `bugs`: share flagged first at the expected point
     },
+    columns_for=columns_for,
     headline=("worst fp64 gradient error vs HF (GPT-2, Llama, Mixtral)", "fp64 worst grad err", "max"),
 )

@@ -25,6 +25,9 @@ rule gpt_train:
     input:
         corpus=rules.prepare_corpus.output.data,
         tokenizer=rules.train_tokenizer.output.data,
+        # a fine-tuning cell (init_from) starts from that cell's checkpoint, written beside its metrics
+        base=lambda wildcards: [f"results/gpt_train/{c}/metrics.json"]
+        if (c := cell_params("gpt_train", wildcards).get("init_from")) else [],
     output: metrics="results/gpt_train/{cell}/metrics.json"
     params: **stage_params("steps.gpt_train")
     log: "results/logs/gpt_train/{cell}.log"
