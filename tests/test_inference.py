@@ -4,6 +4,7 @@ partitioning model against hand-worked small cases and the paper's published PaL
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from steps.analytic.inference_partition import (
     torus_for,
 )
 from steps.analytic.kv_cache import CacheShape, max_batch
+from steps.inference import pope
 from steps.inference.cells import cache_shape, check_parity
 from steps.inference.decode import build_model, cache_bytes, decode, prompt_ids
 from steps.inference.partition_cell import published_checks, sweep
@@ -170,11 +172,71 @@ def test_2d_communication_falls_with_chips_while_1d_stays_flat():
     assert per["bf16", "heads"] == pytest.approx(64 * per["bf16", "batch"])
 
 
+# the bands around the model's ratios to the two published points: narrow enough that the model
+# without its communication term falls outside both (test_bands_fail_without_communication)
+DECODE_BAND, PREFILL_BAND = (0.27, 0.29), (1.20, 1.27)
+
+
 def test_published_palm_points():
     m = published_checks()
-    # 76 % MFU on prefill (64 chips, batch 512 × 2048 tokens, XYZ weight-gathered, bf16): within 25 %
-    assert 0.75 < m["predicted_prefill_mfu_over_published"] < 1.25
+    # 76 % MFU on prefill (64 chips, batch 512 × 2048 tokens, XYZ weight-gathered, bf16): 1.235
+    assert PREFILL_BAND[0] < m["predicted_prefill_mfu_over_published"] < PREFILL_BAND[1]
     # 29 ms/token decode (64 chips, batch 64, 2D WS, int8): the roofline model is ~3.5× faster than
-    # the paper measured and does NOT reach 25 % (docs/inference.md: fixed per-collective and per-op
-    # costs are not in it); the gap is pinned so that a change to the model shows
-    assert 0.2 < m["predicted_decode_over_published"] < 0.4
+    # the paper measured (docs/inference.md: fixed per-collective and per-op costs are not in it)
+    assert DECODE_BAND[0] < m["predicted_decode_over_published"] < DECODE_BAND[1]
+
+
+def test_bands_fail_without_communication(monkeypatch):
+    import steps.inference.partition_cell as cell
+
+    monkeypatch.setattr(cell, "cost", lambda s: dataclasses.replace(cost(s), comm_s=0.0))
+    monkeypatch.setattr(cell, "mfu", lambda s, c=None: mfu(s, dataclasses.replace(cost(s), comm_s=0.0)))
+    m = cell.published_checks()
+    assert not DECODE_BAND[0] < m["predicted_decode_over_published"] < DECODE_BAND[1]  # 0.250
+    assert not PREFILL_BAND[0] < m["predicted_prefill_mfu_over_published"] < PREFILL_BAND[1]  # 1.316
+
+
+# ---- Pope et al.'s relative results (steps/inference/pope.py; paper values as recalled) -----------
+
+
+def test_2d_overtakes_1d_where_the_paper_says_for_palm():
+    # the paper's convention (no ring factors): PaLM's F/E = 4, sqrt(n) > 4 first at 32 chips; 8 and 16 tie
+    assert pope.ws_crossover() == 32
+    assert pope.ws_comm_ratio(16) == pytest.approx(1.0) and pope.ws_comm_ratio(64) == pytest.approx(0.5)
+    assert pope.ws_crossover_continuous() == 16  # n* = 4F/E
+    assert pope.ws_crossover(ring=True) == 16  # the lab's ring factors favour 2D a little
+    # F = 16E: the model's n* = 64, the rule as recalled (sqrt(n) > F/E) would say 256
+    wide = dataclasses.replace(PALM_540B, d_ff=16 * PALM_540B.d_model)
+    assert pope.ws_crossover_continuous(wide) == 64 and pope.ws_crossover(wide) == 128
+
+
+def test_weight_gathered_overtakes_stationary_as_tokens_grow():
+    # Figure 3's layer (E 16384, F 65536, 4×4×4): crossings at F/4, F and 12F tokens, exactly
+    f = pope.FIG3_FFN.d_ff
+    got = pope.prefill_crossovers()
+    assert list(got.values()) == pytest.approx([f / 4, f, 12 * f])
+    order = [pope.best_prefill_layout(t) for t in (1_000, 20_000, 100_000, 1_000_000)]
+    assert order == list(pope.PREFILL_ORDER)
+
+
+def test_multiquery_max_context_table():
+    # Table 1 (as recalled), 30 % of HBM for the cache: both multi-query rows within 1.5 %
+    table = pope.PAPER["multiquery"][0]
+    for kind in ("multiquery over heads", "multiquery over batch"):
+        for b in (128, 512):
+            assert pope.max_context(kind, b) == pytest.approx(table[kind, b], rel=0.015), (kind, b)
+    # sharding over batch holds 64 chips' worth more context than replicating the one head
+    assert pope.max_context("multiquery over batch", 128) == pytest.approx(64 * 666, rel=1e-3)
+    # the multihead row does NOT reproduce (docs/inference.md): one head of 256 per chip = replicated MQ
+    for b in (128, 512):
+        assert pope.max_context("multihead", b) / table["multihead", b] == pytest.approx(0.5, abs=0.01)
+
+
+def test_int8_against_bf16_decode():
+    q = pope.int8_vs_bf16()
+    # the ratio overstates the paper's 36.9/28.5 (fixed costs are missing); the difference, where a
+    # fixed cost cancels, is 0.84 of the paper's 8.4 ms: the weights' extra HBM read
+    assert q["computed_bf16_over_int8"] > q["paper_bf16_over_int8"]
+    assert 0.8 < q["computed_bf16_minus_int8_ms"] / q["paper_bf16_minus_int8_ms"] < 0.9
+    m = pope.relative_checks()
+    assert m["computed_2d_over_1d_crossover_chips"] == 32 and len(m) == 22

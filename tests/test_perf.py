@@ -26,7 +26,7 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
     cfg = load_config(DEFAULT)
     declared, names = list(cfg["perf"]["cells"]), cells(cfg, "perf")
     assert names[0] == "baseline" and len(names) == len(set(names)) and len(declared) >= 15
-    # the CPU default leaves out 7 cells whose lesson another cell shows (its 20-minute budget);
+    # the CPU default leaves out 8 cells whose lesson another cell shows (its 20-minute budget);
     # configs/full.yaml and gpu.yaml run every declared cell
     left_out = {
         "amp_bf16_compile",
@@ -36,6 +36,7 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
         "accelerate",
         "fused_softmax",
         "fused_layernorm",
+        "adafactor",
     }
     assert set(declared) - set(names) == left_out
     assert cells(load_config(DEFAULT, FULL), "perf") == declared
@@ -65,7 +66,7 @@ def test_matrix_expands_one_job_per_cell_with_overrides_merged():
     assert "cells" not in b32 and "select" not in b32
     assert base["timed_steps"] >= MIN_PAIRS  # pairs with the baseline's step: the floor for a headline ratio
     smoke = load_config(DEFAULT, SMOKE)
-    assert cells(smoke, "perf") == ["baseline", "amp_bf16", "tf32"]
+    assert cells(smoke, "perf") == ["baseline", "amp_bf16", "tf32", "adafactor"]
     gpu = load_config(DEFAULT, GPU)
     assert set(declared) < set(cells(gpu, "perf")) and gpu["device"] == "cuda"
 
@@ -214,6 +215,48 @@ def test_analytic_state_memory_matches_summed_tensor_bytes(model):
     assert abs(measured["state"] / analytic["state"] - 1) < 0.10
 
 
+@pytest.mark.parametrize("model", [{}, {"bias": False, "norm": "rmsnorm", "pos": "rope"}])
+def test_adafactor_state_memory_matches_the_factored_formula(model):
+    """Adafactor's state, summed from its tensors, equals R + C floats per R×C matrix and every
+    element of a vector (steps/analytic/memory.py), plus one 4-byte `step` per parameter tensor as
+    AdamW's; and it is a small fraction of AdamW's 8 bytes per parameter."""
+    from steps.analytic.memory import adafactor_state_floats, step_memory
+    from steps.perf.memory import state_bytes
+    from steps.perf.step import build_step
+
+    p = perf_params(model={**TOY, **model}, optimizer="adafactor")
+    ts, _ = build_step(p, torch.device("cpu"))
+    assert isinstance(ts.optimizer, torch.optim.Adafactor)
+    x = torch.randint(0, TOY["vocab_size"], (4, TOY["block_size"]))
+    ts.backward(ts.model(x, labels=x).loss)
+    ts.update()
+    measured = state_bytes(ts.model, ts.optimizer)
+    analytic = step_memory(ts.model.config, 4, optimizer="adafactor")
+    n_tensors = len(list(ts.model.parameters()))
+    assert analytic["optimizer"] == 4 * adafactor_state_floats(ts.model.config)
+    assert measured["optimizer"] == analytic["optimizer"] + 4 * n_tensors
+    assert analytic["optimizer"] < step_memory(ts.model.config, 4)["optimizer"] / 10
+
+
+def test_accelerate_step_matches_the_plain_step():
+    """The accelerate cell's step (Accelerator.prepare on the model and optimizer, its backward and
+    clip_grad_norm_) gives the plain step's losses and parameters, bit for bit, over 3 steps of
+    fp32 on the CPU: on one device prepare changes nothing but who calls what."""
+    from steps.perf.step import build_step, micro_batches, synthetic_batches
+
+    runs = {}
+    for acc in (False, True):
+        p = perf_params(model=TOY, accelerate=acc, grad_accum=2)
+        torch.manual_seed(0)
+        ts, _ = build_step(p, torch.device("cpu"))
+        assert (ts.accelerator is not None) == acc
+        losses = [ts.step(micro_batches(x, p))[0] for x in synthetic_batches(p, 1, torch.device("cpu"))[:3]]
+        runs[acc] = losses, [q.detach().clone() for q in ts.model.parameters()]
+    assert runs[True][0] == runs[False][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[True][1], runs[False][1]))
+    assert runs[True][0][0] != runs[True][0][-1]  # the steps moved the parameters
+
+
 @pytest.mark.parametrize(
     "attn,amp,ckpt,fused_ce",
     [
@@ -350,8 +393,13 @@ def test_smoke_cells_end_to_end(tmp_path, monkeypatch):
             "perf": {"model": TOY, "timed_steps": 4, "skip_slow_amp": False, "warmup_steps": 3, "peak_matmul_size": 128}
         },
     )
-    recs = run_cells(tmp_path, cfg, ("baseline", "amp_bf16", "tf32"), db)
+    recs = run_cells(tmp_path, cfg, ("baseline", "amp_bf16", "tf32", "adafactor"), db)
     base, bf16, tf32 = recs["baseline"]["metrics"], recs["amp_bf16"]["metrics"], recs["tf32"]
+    # Adafactor beside AdamW: its optimizer state measured and analytic (step scalars aside), far smaller
+    ada = recs["adafactor"]["metrics"]
+    assert ada["mem_optimizer_measured_mib"] == pytest.approx(ada["mem_optimizer_analytic_mib"], rel=0.02)
+    assert base["mem_optimizer_measured_mib"] == pytest.approx(base["mem_optimizer_analytic_mib"], rel=0.01)
+    assert ada["mem_optimizer_measured_mib"] < base["mem_optimizer_measured_mib"] / 10
     assert tf32["status"] == "skipped" and "needs CUDA" in tf32["reason"]
     client = store.client(db)
     tokens = 4 * TOY["block_size"]

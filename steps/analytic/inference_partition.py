@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from steps.analytic.comm import ring_bytes, ring_gather
+from steps.analytic.comm import ring_bytes
 from steps.analytic.kv_cache import CacheShape
 
 FFN_LAYOUTS = ("1d_ws", "2d_ws", "wg_x", "wg_xy", "wg_xyz")
@@ -142,6 +142,7 @@ class Setting:
     act_bytes: int = 2
     cache_bytes: int = 2
     efficiency: float = 1.0  # the share of peak FLOP/s a matmul reaches (one constant, stated)
+    ring: bool = True  # the lab's ring factors (N-1)/N; False: the paper's convention, a collective moves all n bytes
 
     def __post_init__(self):
         for name, value, allowed in (("ffn", self.ffn, FFN_LAYOUTS), ("attention", self.attention, ATTENTION_LAYOUTS)):
@@ -168,17 +169,27 @@ def flops(s: Setting) -> float:
     return 2 * m.params() * s.tokens + 4 * m.n_layer * m.attn_width * s.tokens * s.context
 
 
+def _moved(s: Setting, op: str, nbytes: float, n: int) -> float:
+    """Bytes one chip moves for collective `op` over n chips: with the ring factor, or (the paper's
+    convention, `ring=False`) all of nbytes; nothing over one chip either way."""
+    if not s.ring:
+        return float(nbytes) if n > 1 else 0.0
+    return ring_bytes(op, nbytes, n)
+
+
 def ffn_comm_bytes(s: Setting) -> float:
     """Bytes one chip moves per layer for the feed-forward (and fused attention projections)."""
     t, n, tok, a, e = s.torus, s.torus.n, s.tokens, s.act_bytes, s.model.d_model
     if s.ffn == "1d_ws":
-        return 2 * ring_gather(tok * e * a, n)
+        return 2 * _moved(s, "all_gather", tok * e * a, n)
     if s.ffn == "2d_ws":
         yz = t.y * t.z
-        return 2 * ring_gather(tok * e * a / t.x, yz) + 2 * ring_gather(tok * s.model.d_ff * a / yz, t.x)
+        return 2 * _moved(s, "all_gather", tok * e * a / t.x, yz) + 2 * _moved(
+            s, "all_gather", tok * s.model.d_ff * a / yz, t.x
+        )
     big_n = s.gathered_over
-    weights = ring_gather(s.model.layer_params() * s.weight_bytes * big_n / n, big_n)
-    return weights + 2 * ring_gather(tok / big_n * e * a, n // big_n)
+    weights = _moved(s, "all_gather", s.model.layer_params() * s.weight_bytes * big_n / n, big_n)
+    return weights + 2 * _moved(s, "all_gather", tok / big_n * e * a, n // big_n)
 
 
 def attention_comm_bytes(s: Setting) -> float:
@@ -187,7 +198,7 @@ def attention_comm_bytes(s: Setting) -> float:
     if s.attention == "heads":
         return 0.0
     n = s.torus.n
-    return 2 * ring_bytes("all_to_all", s.tokens * s.model.attn_width * s.act_bytes / n, n)
+    return 2 * _moved(s, "all_to_all", s.tokens * s.model.attn_width * s.act_bytes / n, n)
 
 
 def cache_per_chip(s: Setting, positions: int | None = None) -> float:

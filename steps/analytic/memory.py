@@ -3,7 +3,9 @@
 One GPU's eager step (the perf stage, step_memory; fp32 parameters with optional autocast):
     params      N · 4 (fp32 master weights; autocast keeps them fp32)
     grads       N · 4
-    optimizer   N · 8 (AdamW exp_avg + exp_avg_sq; the per-tensor `step` scalars are noise)
+    optimizer   N · 8 (AdamW exp_avg + exp_avg_sq; the per-tensor `step` scalars are noise), or
+                Adafactor's factored second moments (adafactor_state_floats: R + C per R×C matrix,
+                every element of a vector; no first moment) · 4
     activations what eager autograd saves for backward, per layer and per token (see ACT_* below)
     peak        params + optimizer + saved activations + logits + cross-entropy's two (B, T, V)
                 fp32 gradients at the start of backward (grads do not exist yet in a steady step)
@@ -69,6 +71,7 @@ def step_memory(
     attn: str = "sdpa",
     optimizer_states: int = 2,
     grad_accum: int = 1,
+    optimizer: str = "adamw",
 ) -> dict[str, float]:
     """Bytes of each part of one step's memory, for fp32 params with optional autocast.
     `batch_size` is the micro-batch; with grad_accum > 1 the grads exist during later backwards."""
@@ -104,7 +107,7 @@ def step_memory(
     out = {
         "params": 4 * n,
         "grads": 4 * n,
-        "optimizer": 4 * optimizer_states * n,
+        "optimizer": 4 * (adafactor_state_floats(cfg) if optimizer == "adafactor" else optimizer_states * n),
         "activations": saved,
         "activations_per_layer": layer,
         # autocast's low-precision weight copies, saved for backward next to the activations
@@ -130,6 +133,18 @@ def step_memory(
     late = out["grads"] + out["activations"] + out["recompute"]
     out["peak"] = out["params"] + out["optimizer"] + max(start, late)
     return out
+
+
+def adafactor_state_floats(cfg) -> int:
+    """Adafactor's state (Shazeer & Stern 2018; torch.optim.Adafactor) for a GPTConfig of
+    param_counts' layout: an R×C matrix keeps a row and a column second moment (R + C floats), a
+    vector its full second moment; no first moment. Matrices: wte (V×d), learned wpe (T×d), per layer
+    Q, K, V, O (d×d) and the MLP's d×4d pair, an untied head (V×d); every other parameter a vector."""
+    d, V, L = cfg.n_embd, cfg.vocab_size, cfg.n_layer
+    mats = [(V, d)] + ([(cfg.block_size, d)] if cfg.pos == "learned" else []) + [(V, d)] * (not cfg.tie_weights)
+    mats += [(d, d)] * 4 * L + [(4 * d, d)] * 2 * L
+    vectors = sum(param_counts(cfg).values()) - sum(r * c for r, c in mats)
+    return sum(r + c for r, c in mats) + vectors
 
 
 def timeline_bytes(mem: dict, label: str, opt_ready: bool) -> float:

@@ -21,6 +21,7 @@ class PrepareCorpusConfig(Section):
     val_fraction: float
     max_documents: int  # 0 = all documents
     min_chars: int  # drop shorter documents
+    streaming: bool  # read through a datasets.IterableDataset (hub: streaming=True); same documents
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -92,23 +92,30 @@ def iter_shakespeare(unit: str = "scene") -> Iterator[dict]:
                 yield {"text": text, "source": f"{genre}/{play}", "title": title}
 
 
-def hub_documents(spec: str, text_column: str) -> list[dict]:
-    """`hf:<path>[:<name>]` through datasets.load_dataset (all splits pooled, re-split by seed)."""
+def load_hub(spec: str, text_column: str, streaming: bool = False) -> dict:
+    """`hf:<path>[:<name>]` through datasets.load_dataset (streamed or not), every split checked
+    for the text column: a bad name or a missing column is one line, never a traceback."""
     path, _, name = spec.removeprefix("hf:").partition(":")
     try:
-        dd = datasets.load_dataset(path, name or None)
+        dd = datasets.load_dataset(path, name or None, streaming=streaming)
     except Exception as exc:  # offline, unknown name, ...
         raise InputError(
-            f"cannot load dataset {spec!r} ({type(exc).__name__}: {exc}). Offline? "
+            f"cannot {'stream' if streaming else 'load'} dataset {spec!r} ({type(exc).__name__}: {exc}). Offline? "
             "Set prepare_corpus.source to builtin:shakespeare or a local file glob."
         ) from None
-    docs = []
     for split, ds in dd.items():
-        if text_column not in ds.column_names:
+        if ds.column_names is not None and text_column not in ds.column_names:  # a stream may not know yet
             raise InputError(
                 f"dataset {spec!r} split {split!r} has no column {text_column!r} "
                 f"(columns: {ds.column_names}); set prepare_corpus.text_column"
             )
+    return dict(dd.items())
+
+
+def hub_documents(spec: str, text_column: str) -> list[dict]:
+    """`hf:<path>[:<name>]` through datasets.load_dataset (all splits pooled, re-split by seed)."""
+    docs = []
+    for split, ds in load_hub(spec, text_column).items():
         docs += [{"text": t, "source": f"{spec}/{split}", "title": ""} for t in ds[text_column]]
     return docs
 
@@ -175,3 +182,39 @@ def load_documents(
     if source.startswith("hf:"):
         return hub_documents(source, text_column)
     return file_documents(source, encoding)
+
+
+DOCUMENT_FEATURES = datasets.Features(
+    {"text": datasets.Value("string"), "source": datasets.Value("string"), "title": datasets.Value("string")}
+)
+
+
+def _documents(source: str, unit: str, text_column: str, encoding: str) -> Iterator[dict]:
+    yield from load_documents(source, unit, text_column, encoding)
+
+
+def hub_stream(spec: str, text_column: str) -> datasets.IterableDataset:
+    """`hf:<path>[:<name>]` with `streaming=True`: each split an IterableDataset read from the hub as
+    it is iterated (nothing downloaded whole), pooled in the map-style path's split order."""
+    parts = [
+        ds.map(
+            lambda row, s=f"{spec}/{split}": {"text": row[text_column], "source": s, "title": ""},
+            remove_columns=ds.column_names,
+        )
+        for split, ds in load_hub(spec, text_column, streaming=True).items()
+    ]
+    return datasets.concatenate_datasets(parts)
+
+
+def document_stream(
+    source: str, unit: str = "scene", text_column: str = "text", encoding: str = "utf-8"
+) -> datasets.IterableDataset:
+    """The source's documents as a `datasets.IterableDataset` (the streaming path): hub datasets
+    through `load_dataset(..., streaming=True)`, the others through `IterableDataset.from_generator`
+    over load_documents (the builtin corpus stays lazy; local files are read whole first, as there)."""
+    if source.startswith("hf:"):
+        return hub_stream(source, text_column)
+    if source.startswith("builtin:") and source != "builtin:shakespeare":
+        raise InputError(f"unknown builtin corpus {source!r}; available: builtin:shakespeare")
+    kwargs = {"source": source, "unit": unit, "text_column": text_column, "encoding": encoding}
+    return datasets.IterableDataset.from_generator(_documents, features=DOCUMENT_FEATURES, gen_kwargs=kwargs)

@@ -26,6 +26,7 @@ from steps.analytic.inference_partition import (
     mfu,
     torus_for,
 )
+from steps.inference.pope import relative_checks
 
 PUBLISHED = {
     "decode": {"chips": 64, "batch": 64, "ffn": "2d_ws", "attention": "batch", "weight_bytes": 1, "ms_per_token": 29.0},
@@ -123,6 +124,7 @@ def partition(ctx, p, device) -> dict:
     ctx.log_figure(partition_figure(df, p.prompt_len), "partition")
     metrics = published_checks(p.prompt_len, p.efficiency)
     metrics.update(comm_trend(df, max(p.batch_sizes)))
+    metrics.update(relative_checks())  # Pope et al.'s relative results, computed (steps/inference/pope.py)
     return metrics
 
 

@@ -15,6 +15,7 @@ Options (the perf knobs that belong to the step, not to the model):
   amp            none | bf16 | fp16 autocast; fp16 adds a GradScaler (unscaled before clipping)
   tf32           TF32 tensor-core matmuls on CUDA
   compile        torch.compile the forward (compile_mode: default | reduce-overhead | max-autotune)
+  optimizer      adamw | adafactor (torch.optim.Adafactor: factored second moments, no momentum)
   adamw          default | forloop | foreach | fused: torch.optim.AdamW's implementations
   grad_clip      max global gradient norm (0 = no clipping; the norm is still returned as NaN)
   accelerate     HF accelerate's Accelerator.prepare(model, optimizer) (mixed precision its own)
@@ -53,6 +54,7 @@ class StepOptions:
     tf32: bool = False
     compile: bool = False
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    optimizer: Literal["adamw", "adafactor"] = "adamw"
     adamw: Literal["default", "forloop", "foreach", "fused"] = "fused"
     accelerate: bool = False
 
@@ -85,12 +87,15 @@ def make_optimizer(model: torch.nn.Module, opts: StepOptions) -> torch.optim.Opt
     """AdamW with nanoGPT's decay groups: matrices (Linear/Embedding weights) decay, biases and
     norm gains (1-D tensors) do not. `opts.adamw` picks the implementation: torch's default,
     the per-tensor loop, foreach (multi-tensor) or fused (one kernel; falls back to the default
-    where a parameter's device or dtype has no fused kernel)."""
+    where a parameter's device or dtype has no fused kernel). `opts.optimizer: adafactor` builds
+    torch.optim.Adafactor on the same groups instead (its own defaults for the decay rate and eps)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": opts.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    if opts.optimizer == "adafactor":
+        return torch.optim.Adafactor(groups, lr=opts.lr)
     impl = {"default": {}, "forloop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[
         opts.adamw
     ]

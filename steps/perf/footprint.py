@@ -73,7 +73,7 @@ def memory_metrics(mt: pd.DataFrame, analytic: dict) -> dict:
     """The table's state, saved-activation and peak rows as metrics (analytic, measured, error)."""
     rows = mt.set_index("component")
     metrics = {}
-    for key, row in (("state", "state"), ("saved", SAVED_ROW)):
+    for key, row in (("state", "state"), ("optimizer", "optimizer"), ("saved", SAVED_ROW)):
         metrics |= {
             f"mem_{key}_analytic_mib": rows.analytic_mib[row],
             f"mem_{key}_measured_mib": rows.measured_mib[row],

@@ -72,7 +72,9 @@ def run(ctx: StageRun) -> dict:
     peaks = hardware.peak_flops(peak_dtype(p), device, n=p.peak_matmul_size)
     ctx.info["published_peak"] = peaks["published_name"]
     micro = micro_batch(p)
-    analytic = step_memory(gpt_config(p), micro, p.amp, p.checkpoint_activations, p.attn, grad_accum=p.grad_accum)
+    analytic = step_memory(
+        gpt_config(p), micro, p.amp, p.checkpoint_activations, p.attn, grad_accum=p.grad_accum, optimizer=p.optimizer
+    )
 
     timeline = Timeline(device, analytic) if is_timeline else None
     torch.manual_seed(ctx.seed)

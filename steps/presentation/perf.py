@@ -65,6 +65,8 @@ SHOWN = Presentation(
         "loss": "metrics.loss",
         "drift": "metrics.loss_drift",
         "state mem err %": "metrics.mem_state_err_pct",
+        "optimizer MiB (analytic)": "metrics.mem_optimizer_analytic_mib",
+        "optimizer MiB (measured)": "metrics.mem_optimizer_measured_mib",
         "peak mem err %": "metrics.mem_peak_err_pct",
     },
     # × baseline is measured side by side in each cell's process (steps/perf/measure.py): a cell

@@ -343,6 +343,14 @@ def inference(records: list[Record], link: Link) -> str:
     return grid(records, link, rows, "inference")
 
 
+def pope(records: list[Record], link: Link) -> str:
+    """docs/inference.md: Pope et al.'s relative results, computed by the partitioning model (no record
+    holds them: the model is deterministic, so the block is generated from it and checked like the rest)."""
+    from steps.inference.pope import markdown
+
+    return markdown()
+
+
 PARITY = ("greedy = HF", "sampled = HF", "cached = uncached")
 KV_SPEEDUP = ("cache speed-up", "speed-up low", "speed-up high", "speed-up pairs")
 MQA_DECODE = ("MQA decode × MHA", "× MHA low", "× MHA high", "× MHA pairs")
@@ -358,4 +366,5 @@ BLOCKS: dict[str, Callable[[list[Record], Link], str]] = {
     "word2vec": word2vec,
     "minitorch": minitorch,
     "inference": inference,
+    "pope": pope,
 }
