@@ -16,18 +16,24 @@ def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     With s = h·v, d loss/d s = σ(s) - label, so with g = lr·(label - σ(s))·weight:
     v += g h and h += Σ g v (both from the old values, as word2vec.c), scattered with
     index_add_. Pure tensor ops, so torch.compile turns it into one loop nest per window size
-    (gather, dot products, sigmoid, scatter) with no (B, 2w, 1 + K, d) temporaries."""
+    (gather, dot products, sigmoid, scatter). Compiled, v is gathered once per use: with one
+    gather, Inductor copied the gathered rows (B, J, 1 + K, d) to a buffer before the update
+    (12 MB a step per pair at w = 5), so that dh could read the old rows; gathered again, each
+    loop reads the rows from the table, and make_sgd_step keeps the dh loop ahead of the out
+    update (tests/test_word2vec.py checks the generated code has neither copy)."""
     targets = targets_of(center, negatives)
     h = inp[ctx]
     share = None
     if cbow:
         h, share = pool(h, mask)
-    v = out[targets]
+    v = out[targets]  # (B, J, 1 + K, d)
     s = scores(h, v)
     weight = pair_weights(mask, targets, share)
     label = torch.zeros(s.shape[-1], dtype=s.dtype, device=s.device)
     label[0] = 1
     g = (label - torch.sigmoid(s)) * weight * lr
+    if torch.compiler.is_compiling():  # gather again, not a copy of the rows (docstring)
+        v = out[targets]
     dh = (g.unsqueeze(-1) * v).sum(2)  # (B, rows, d)
     dv = g.unsqueeze(-1) * h.unsqueeze(2)  # (B, rows, 1 + K, d)
     if targets.shape[1] != dv.shape[1]:  # shared negatives: sum the rows
@@ -43,13 +49,16 @@ def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
 def make_sgd_step(compile_: bool, window: int = 5):
     """The SGD step, compiled with static shapes (one graph per window size b) or eager.
     Indirect-index bounds asserts are dropped from the generated loops: gather_windows clamps
-    every position and the vocabulary ids come from our own tables."""
+    every position and the vocabulary ids come from our own tables. reorder_for_locality off:
+    that pass moved dh's gather of the old output rows after the out update (next to dh's use),
+    so out could not be updated in place and Inductor cloned the whole table twice a step."""
     step = torch.no_grad()(sgd_step)
     if not compile_:
         return step
     dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
     dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
-    return torch.compile(step, dynamic=False, options={"assert_indirect_indexing": False})
+    options = {"assert_indirect_indexing": False, "reorder_for_locality": False}
+    return torch.compile(step, dynamic=False, options=options)
 
 
 class NegativePool:
@@ -57,13 +66,15 @@ class NegativePool:
     out as views: one torch.randint + gather per step cost as much as a third of the step."""
 
     def __init__(self, table: np.ndarray, rng: np.random.Generator, device, block: int = 1 << 20):
-        self.table, self.rng, self.device, self.block = table, rng, device, block
+        # int64 once: np.take then writes the ids torch indexes with directly (half the time of
+        # table[draws].astype(np.int64) per block; the same draws)
+        self.table, self.rng, self.device, self.block = table.astype(np.int64), rng, device, block
         self.buf, self.pos = torch.empty(0, dtype=torch.int64), 0
 
     def take(self, shape: tuple[int, ...]) -> torch.Tensor:
         n = int(np.prod(shape))
         if self.pos + n > len(self.buf):
-            draws = self.table[self.rng.integers(0, len(self.table), max(self.block, n))]
-            self.buf, self.pos = torch.from_numpy(draws.astype(np.int64)).to(self.device), 0
+            draws = np.take(self.table, self.rng.integers(0, len(self.table), max(self.block, n)))
+            self.buf, self.pos = torch.from_numpy(draws).to(self.device), 0
         self.pos += n
         return self.buf[self.pos - n : self.pos].view(shape)
