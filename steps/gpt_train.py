@@ -136,6 +136,14 @@ def write_samples(ctx, s: Samples, model, tok, device) -> None:
     ctx.log_text("\n".join(lines), "samples.md")
 
 
+def lora_defaults() -> dict:
+    """gpt_train.lora's defaults, from its schema (a cell's partial `lora` dict is not filled in)."""
+    from steps.config import load_schema
+
+    props = load_schema()["properties"]["gpt_train"]["properties"]["lora"]["properties"]
+    return {k: v["default"] for k, v in props.items() if "default" in v}
+
+
 def start_from(ctx: StageRun, p: GptTrainConfig, model) -> dict:
     """Fine-tuning: load the init_from cell's checkpoint into `model`, then put LoRA on it (p.lora).
     Returns the parameter counts the cell reports."""
@@ -152,8 +160,9 @@ def start_from(ctx: StageRun, p: GptTrainConfig, model) -> dict:
             ) from None
     total = sum(q.numel() for q in model.parameters())
     if p.lora:
+        lora = {**lora_defaults(), **p.lora}  # a cell's `lora: {r: 4}` keeps the schema's other defaults
         try:
-            apply_lora(model, p.lora["r"], p.lora["alpha"], p.lora["targets"], p.lora["dropout"])
+            apply_lora(model, lora["r"], lora["alpha"], lora["targets"], lora["dropout"])
         except ValueError as exc:
             raise InputError(f"gpt_train.lora.targets: {exc}; fix: name modules of the GPT (q_proj, c_fc, ...)")
     trainable = sum(q.numel() for q in model.parameters() if q.requires_grad)
