@@ -140,7 +140,8 @@ def test_every_run_link_in_the_html_artifacts_opens_a_new_tab():
     sections = [stage_html("perf", TABLE, {"memory": TABLE}, [], "")]
     report = index_html("n00bGPT lab", "", TABLE, sections, {})
     hrefs = [a["href"] for a in leaving_links(report)]
-    assert len(hrefs) == 4 and all(h.startswith("../../#/experiments/3") for h in hrefs)  # runs + "All runs"
+    assert hrefs[0] == "../../#/experiments?workflowType=machine_learning"  # the UI's experiment list
+    assert len(hrefs) == 5 and all(h.startswith("../../#/experiments/3") for h in hrefs[1:])  # runs + "All runs"
     assert FRAMED_LINKS in report and report.index(FRAMED_LINKS) > report.rindex("</table>")  # after the links
 
 
@@ -214,3 +215,12 @@ def test_the_scale_plot_fits_the_report_with_a_readable_legend(tmp_path):
     height, width = matplotlib.image.imread(png).shape[:2]
     assert width <= 1150, f"{width} px: the report shows it scaled to ~1150 px, its legend shrunk"
     assert height > width / 3  # the legend's rows under the panels, not cut off
+
+
+def test_the_report_and_the_lab_run_link_each_other():
+    """#49 11: the report links the UI's experiment list (relative to the report as steps.ui serves
+    it, or at the configured UI), and the lab run's description links the report."""
+    assert 'href="../../#/experiments?workflowType=machine_learning"' in index_html("t", "", TABLE, [])
+    assert 'href="http://ui/#/experiments?workflowType=machine_learning"' in index_html("t", "http://ui", TABLE, [])
+    text = lab.description("`snakemake` in `/w`", "FINISHED", [], "1", "abc")
+    assert "[lab/report/index.html](lab/report/index.html)" in text

@@ -11,7 +11,7 @@ import pandas as pd
 from steps.report.gather import SEEDS
 from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
-from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link
+from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link, ui_url
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -194,6 +194,13 @@ def open_note(ui: str) -> str:
     return f"<p class='note' id='n00bgpt-open'>{text}</p>{script}"
 
 
+def ui_links(ui: str) -> str:
+    """The report's way back into the MLflow UI: its experiment list, and the lab runs (each run's
+    description links this report)."""
+    base = ui or "../" * REPORT_PATH.count("/")
+    return f'<p>In the MLflow UI: <a href="{html.escape(ui_url(base))}" {NEW_TAB}>every experiment</a></p>'
+
+
 def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:
     """index.html: the same, with a table of contents and the wide tables scrolling in their boxes; a
     note at the top says where its run links open (open_note), and each opens in a new tab."""
@@ -203,7 +210,7 @@ def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], fac
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body>{FRAMED_NOTE}{open_note(ui)}<h1>{html.escape(title)}</h1>"
-        f"<dl class='meta'>{meta}</dl>"
+        f"<dl class='meta'>{meta}</dl>{ui_links(ui)}"
         f"<nav><b>Contents</b><ul>{toc}</ul></nav><h2 id='headline'>Headline</h2>"
         + html_table(head, ui)
         + "".join(sections)
