@@ -34,7 +34,7 @@ from pathlib import Path
 from steps import paths
 from steps.tracking import store
 from steps.tracking.describe import UI_PORT, report_url, ui_url
-from steps.tracking.mlflow_app import REPORTS_ENV
+from steps.tracking.mlflow_app import REPORTS_ENV, STORE_ENV
 from steps.tracking.portable import hide_empty_default
 
 APP_NAME = "n00bgpt-lab"  # the `mlflow.app` entry point in pyproject.toml: steps/tracking/mlflow_app.py
@@ -83,6 +83,7 @@ def serve_report(db: Path) -> Path:
     """Have the lab's app serve the store's report (`<results>/reports/`); the folder."""
     reports = db.resolve().parent / "reports"
     os.environ[REPORTS_ENV] = str(reports)  # read by steps/tracking/mlflow_app.py in the server
+    os.environ[STORE_ENV] = f"sqlite:///{db.resolve()}"  # its compare page
     return reports
 
 

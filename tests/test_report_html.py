@@ -224,3 +224,23 @@ def test_the_report_and_the_lab_run_link_each_other():
     assert 'href="http://ui/#/experiments?workflowType=machine_learning"' in index_html("t", "http://ui", TABLE, [])
     text = lab.description("`snakemake` in `/w`", "FINISHED", [], "1", "abc")
     assert "[lab/report/index.html](lab/report/index.html)" in text
+
+
+def test_two_lab_runs_side_by_side_from_the_ui(tmp_path):
+    """#49 11: the lab run's description links the page steps.ui serves at lab/compare, which shows
+    `steps.compare --lab A --vs B` for two lab runs, or its one line when there is no run before."""
+    from flask import Flask
+
+    from steps.tracking.mlflow_app import add_compare
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = store.client(uri)
+    exp = store.experiment_id(c, "lab", uri)
+    run = c.create_run(exp, run_name="lab run")
+    store.experiment_id(c, "perf", uri)
+    text = lab.description("`snakemake` in `/w`", "FINISHED", [], exp, run.info.run_id)
+    link = f"lab/compare?a={run.info.run_id[:8]}&b=previous"
+    assert f"]({link})" in text
+    app = add_compare(Flask("ui"), uri)
+    page = app.test_client().get("/" + link).get_data(as_text=True)
+    assert "no lab run before" in page and run.info.run_id[:8] in page

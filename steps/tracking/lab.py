@@ -204,7 +204,8 @@ def description(head: str, status: str, rows: list[Job], exp: str, run_id: str, 
     bad = [j for j in rows if j.status in ("failed", "killed")]
     text = f"{head}: {status.lower()} ({summary(rows)}).\n\nEvery job, with its run and reason: {links}."
     text += f"\n\nThe lab's report, its tables and plots: [{REPORT_PATH}index.html]({REPORT_PATH}index.html)"
-    text += " (served beside this UI by `python -m steps.ui`)."
+    text += " (served beside this UI by `python -m steps.ui`), and what changed since the lab run before: "
+    text += f"[lab/compare?a={run_id[:8]}](lab/compare?a={run_id[:8]}&b=previous)."
     if bad:
         more = f"\n\n... and {len(bad) - shown} more in jobs.md." if len(bad) > shown else ""
         text += "\n\nJobs that did not succeed:\n\n" + markdown(bad[:shown]) + more

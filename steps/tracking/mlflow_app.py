@@ -24,6 +24,8 @@ from flask import Flask, Response, send_from_directory
 from steps.tracking.describe import OPEN_MESSAGE, REPORT_PATH
 
 REPORTS_ENV = "N00BGPT_REPORTS"  # the folder of the lab's report (python -m steps.ui sets it)
+STORE_ENV = "N00BGPT_STORE"  # the store's tracking URI, for the compare page (python -m steps.ui sets it)
+COMPARE_PATH = "lab/compare"  # two lab runs side by side: <base>/lab/compare?a=<lab run>&b=<lab run|previous>
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
 # MLflow 3.17's Assistant (a chat panel for an LLM provider the lab has none of) opens itself on a browser's
 # first visit to a local server unless this key says it already has
@@ -94,6 +96,39 @@ def add_report(app: Flask, folder: str | None) -> Flask:
     return app
 
 
+def compare_page(uri: str, a: str | None, b: str | None) -> str:
+    """`python -m steps.compare --lab A --vs B` as a page: what changed between two lab runs (A default
+    the latest, B default the one before A), or the one line that says why not."""
+    import html
+
+    from steps.compare import CompareError, compare
+
+    try:
+        text = compare(uri=uri, lab=a or None, vs=b or "previous", fmt="table", width=200, ui="../")
+    except CompareError as exc:
+        text = str(exc)
+    title = f"lab run {a or 'latest'} vs {b or 'previous'}"
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<p>Two lab runs side by side (<code>python -m steps.compare --lab A --vs B</code>); choose them with "
+        "<code>?a=RUN&amp;b=RUN|previous</code> (ids or their first characters). "
+        f"<a href='../#/experiments?workflowType=machine_learning'>MLflow UI</a></p><pre>{html.escape(text)}</pre>"
+    )
+
+
+def add_compare(app: Flask, uri: str | None) -> Flask:
+    """Serve compare_page at `<base>/lab/compare` (COMPARE_PATH)."""
+    if not uri:
+        return app
+    from flask import request
+
+    def page() -> Response:
+        return Response(compare_page(uri, request.args.get("a"), request.args.get("b")), mimetype="text/html")
+
+    app.add_url_rule(f"/{COMPARE_PATH}", "lab_compare", page)
+    return app
+
+
 def create_app():
     """MLflow's server app plus the default above: FastAPI around Flask under uvicorn (MLflow's
     default server), the Flask app itself under gunicorn/waitress."""
@@ -101,6 +136,7 @@ def create_app():
 
     add_default(app)
     add_report(app, os.environ.get(REPORTS_ENV))
+    add_compare(app, os.environ.get(STORE_ENV))
     if os.environ.get("_MLFLOW_SGI_NAME", "uvicorn") == "uvicorn":
         from mlflow.server.fastapi_app import create_fastapi_app
 
