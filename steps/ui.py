@@ -34,7 +34,8 @@ from pathlib import Path
 from steps import paths
 from steps.tracking import store
 from steps.tracking.describe import UI_PORT, report_url, ui_url
-from steps.tracking.mlflow_app import REPORTS_ENV
+from steps.tracking.mlflow_app import REPORTS_ENV, STORE_ENV
+from steps.tracking.portable import hide_empty_default
 
 APP_NAME = "n00bgpt-lab"  # the `mlflow.app` entry point in pyproject.toml: steps/tracking/mlflow_app.py
 # the server's lines left out unless --verbose: its log records at INFO (uvicorn's "INFO:     ..." too),
@@ -66,12 +67,14 @@ def port_taken(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def follow_moved_store(db: Path) -> None:
-    """A results/ folder copied or moved here: point its artifact locations here before serving it
+    """A results/ folder copied or moved here: point its artifact locations (and the paths its tags,
+    datasets and models name) here before serving it, and hide its Default experiment while it is empty
     (steps/tracking/portable.py), or say why not in one line and serve it as it is."""
     uri = f"sqlite:///{db.resolve()}"
     try:
         with store.write_lock(uri):
             store.follow_moved_store(uri)
+            hide_empty_default(db)
     except (OSError, sqlite3.Error) as exc:
         print(f"(cannot re-root {db} at its folder: {exc}; its artifacts are read where it was written)", flush=True)
 
@@ -80,6 +83,7 @@ def serve_report(db: Path) -> Path:
     """Have the lab's app serve the store's report (`<results>/reports/`); the folder."""
     reports = db.resolve().parent / "reports"
     os.environ[REPORTS_ENV] = str(reports)  # read by steps/tracking/mlflow_app.py in the server
+    os.environ[STORE_ENV] = f"sqlite:///{db.resolve()}"  # its compare page
     return reports
 
 

@@ -19,6 +19,8 @@ import mlflow.server
 from steps.tracking import store
 from steps.tracking.describe import FRAMED_LINKS, OPEN_MESSAGE
 from steps.tracking.mlflow_app import (
+    ASSISTANT_OPENED_KEY,
+    BROWSER_DEFAULTS,
     DEFAULT_SCRIPT,
     OPEN_LINKS_SCRIPT,
     PAGE_SCRIPTS,
@@ -38,7 +40,17 @@ def test_key_is_the_one_mlflows_ui_reads():
     found = re.search(r'key:"(mlflow\.workflowType)",version:(\d+)', bundle)
     assert found, "MLflow's UI no longer keeps the GenAI/Model-training switch where this app sets it"
     assert f"{found[1]}_v{found[2]}" == WORKFLOW_KEY
-    assert 'MACHINE_LEARNING="machine_learning"' in bundle and """'"machine_learning"'""" in DEFAULT_SCRIPT
+    assert 'MACHINE_LEARNING="machine_learning"' in bundle and BROWSER_DEFAULTS[WORKFLOW_KEY] == '"machine_learning"'
+
+
+def test_the_assistant_does_not_open_itself():
+    """#49 8: MLflow's Assistant panel opens on a browser's first visit unless
+    `useLocalStorage({key: "mlflow.assistant.fab.autoOpenedOnFirstLoad", version: 1})` holds true: the
+    lab's page stores true for a browser that has no value yet."""
+    bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
+    found = re.search(r'key:"(mlflow\.assistant\.fab\.autoOpenedOnFirstLoad)",version:(\d+),initialValue:!1', bundle)
+    assert found, "MLflow's UI no longer keeps the Assistant's first-visit flag where this app sets it"
+    assert f"{found[1]}_v{found[2]}" == ASSISTANT_OPENED_KEY and BROWSER_DEFAULTS[ASSISTANT_OPENED_KEY] == "true"
 
 
 def test_page_sets_the_default_first_and_only_when_unset():
@@ -46,7 +58,8 @@ def test_page_sets_the_default_first_and_only_when_unset():
     served = with_model_training_default(page).decode()
     assert served.replace(PAGE_SCRIPTS, "") == page.decode()
     assert served.index(DEFAULT_SCRIPT) < served.index("static/js/main.")
-    assert f"if(!localStorage.getItem('{WORKFLOW_KEY}'))" in DEFAULT_SCRIPT  # a user's own choice stays
+    assert "if(localStorage.getItem(k)===null)" in DEFAULT_SCRIPT  # a user's own choice stays
+    assert all(f'"{key}": ' in DEFAULT_SCRIPT for key in (WORKFLOW_KEY, ASSISTANT_OPENED_KEY))
 
 
 def test_app_serves_the_page_with_the_default():
@@ -115,3 +128,16 @@ def test_ui_prints_its_address_once_it_answers_and_keeps_the_access_log_out(tmp_
     assert "HTTP/1.1" not in err and " INFO" not in err and "DeprecationWarning" not in err, err[-3000:]
     assert "--no-access-log" in server_command(db, 5000)
     assert "--no-access-log" not in server_command(db, 5000, verbose=True)
+
+
+def test_the_empty_traces_pages_are_not_linked():
+    """#49 8: the lab logs no traces; the side bar's "Traces" link (`#/experiments/<id>/traces`) and a run's
+    "Traces" tab (its radix id `...-trigger-evaluations`) are hidden by the lab's page. Checked against the
+    bundle: an MLflow that names them otherwise fails here."""
+    from steps.tracking.mlflow_app import HIDDEN_STYLE
+
+    bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
+    assert "/traces" in bundle and '"evaluations"' in bundle
+    assert (
+        HIDDEN_STYLE in PAGE_SCRIPTS and 'a[href$="/traces"]' in HIDDEN_STYLE and "-trigger-evaluations" in HIDDEN_STYLE
+    )

@@ -228,3 +228,65 @@ def test_without_a_cache_folder_mlflow_makes_the_store(tmp_path, monkeypatch):
     store.client(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     schema, rows = store_contents(tmp_path / "results" / "mlflow.db")
     assert schema and rows["alembic_version"] and [r[1] for r in rows["experiments"]] == ["Default"]
+
+
+def texts_naming(db: Path, folder: Path) -> list[str]:
+    """Every text in the store that names `folder` (table.column[key]), but the command line the user typed
+    (its tag, and quoted first in the lab run's description: `snakemake --directory ...` in `<workdir>`)."""
+    con = sqlite3.connect(db)
+    try:
+        found = []
+        for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
+            for col in cols:
+                key = "key" if "key" in cols and col != "key" else "NULL"
+                rows = con.execute(
+                    f'SELECT {key}, "{col}" FROM "{table}" WHERE instr(CAST("{col}" AS TEXT), ?) > 0', (f"{folder}",)
+                ).fetchall()
+                typed = {
+                    "command": "",
+                    "mlflow.note.content": "`",
+                }  # what the user typed: the text, or its `first span`
+                for k, v in rows:
+                    v = str(v)
+                    if k in typed and typed[k]:
+                        v = v.split("`", 2)[2] if v.startswith("`") else v
+                    if k != "command" and str(folder) in v:
+                        found.append(f"{table}.{col}[{k}]: {v[:120]}")
+        return found
+    finally:
+        con.close()
+
+
+def test_a_copied_store_names_no_original_path(smoke_dag, original, tmp_path):
+    """#49 9: the copy (`original`, the smoke DAG's results/ copied and opened elsewhere) names its old
+    folder nowhere the UI shows: dataset sources, the lab run's description and workdir tag, the Default
+    experiment's location, a logged model's MLmodel; the lab run's workdir is the copy's."""
+    assert texts_naming(original / "mlflow.db", smoke_dag) == []
+    models = [m for m in original.rglob("MLmodel")]
+    assert models and not [m for m in models if str(smoke_dag) in m.read_text()]
+    con = sqlite3.connect(original / "mlflow.db")
+    workdir = con.execute("SELECT value FROM tags WHERE key = 'workdir'").fetchone()
+    sources = [r[0] for r in con.execute("SELECT dataset_source FROM datasets")]
+    con.close()
+    assert workdir == (str(original.parent),)
+    assert sources and all(json.loads(s)["uri"].startswith(f"{original}/") for s in sources)
+    assert all(Path(json.loads(s)["uri"]).exists() for s in sources)  # the copied inputs
+
+
+def test_ui_hides_the_empty_default_experiment(tmp_path):
+    """#49 8: the Default experiment MLflow makes (never logged to by the lab, holding the store's
+    root tag) is hidden while empty; one a user logged a run to stays."""
+    from mlflow.tracking import MlflowClient
+
+    from steps.tracking.portable import hide_empty_default
+
+    db = tmp_path / "results" / "mlflow.db"
+    client = store.client(f"sqlite:///{db}")
+    store.experiment_id(client, "perf", f"sqlite:///{db}")
+    assert hide_empty_default(db)
+    assert [e.name for e in MlflowClient(f"sqlite:///{db}").search_experiments()] == ["n00bgpt/perf"]
+    other = tmp_path / "other" / "mlflow.db"
+    c = store.client(f"sqlite:///{other}")
+    c.create_run("0")
+    assert not hide_empty_default(other) and "Default" in [e.name for e in c.search_experiments()]

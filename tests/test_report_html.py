@@ -32,7 +32,7 @@ TABLE = pd.DataFrame(
 
 def test_numbers_right_text_left_no_escapes_and_a_scroll_box():
     page = html_table(TABLE, "http://ui")
-    assert "\\|" not in page and "<td>a|b</td>" in page
+    assert "\\|" not in page and '<td class="key">a|b</td>' in page
     assert '<th class="num">tokens/s</th>' in page and '<td class="num">1,234</td>' in page
     assert "<th>vs baseline</th>" in page and "<td>1.01x [0.97, 1.05] (20 pairs)</td>" in page
     assert page.startswith("<div class='scroll'><table>") and page.endswith("</table></div>")
@@ -140,7 +140,8 @@ def test_every_run_link_in_the_html_artifacts_opens_a_new_tab():
     sections = [stage_html("perf", TABLE, {"memory": TABLE}, [], "")]
     report = index_html("n00bGPT lab", "", TABLE, sections, {})
     hrefs = [a["href"] for a in leaving_links(report)]
-    assert len(hrefs) == 4 and all(h.startswith("../../#/experiments/3") for h in hrefs)  # runs + "All runs"
+    assert hrefs[0] == "../../#/experiments?workflowType=machine_learning"  # the UI's experiment list
+    assert len(hrefs) == 5 and all(h.startswith("../../#/experiments/3") for h in hrefs[1:])  # runs + "All runs"
     assert FRAMED_LINKS in report and report.index(FRAMED_LINKS) > report.rindex("</table>")  # after the links
 
 
@@ -161,3 +162,85 @@ def test_the_report_says_where_its_run_links_open():
     assert "at http://ui:5000 (serve the store there with `python -m steps.ui`)" in configured
     top = " ".join("".join(Links(index_html("t", "http://ui:5000", TABLE, [], {})).top).split())
     assert "Run links open the MLflow UI at http://ui:5000: serve the store there with python -m steps.ui" in top
+
+
+def test_the_run_link_follows_the_cell_which_stays_in_view():
+    """#49 10: a wide table's row name (its cell) and run link are its first columns, the cell's kept in
+    view while the table scrolls sideways (sticky); the headline's stage likewise."""
+    page = html_table(TABLE, "http://ui")
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", page)
+    assert heads[:2] == ["cell", "run"] and heads[2:] == ["status", "tokens/s", "vs baseline"]
+    assert '<th class="key">cell</th>' in page and '<td class="key">baseline</td>' in page
+    assert re.search(r"\.key\{position:sticky;left:0", index_html("t", "", TABLE, []))
+    md_head = stage_markdown("perf", TABLE, {}, [], "").split("\n")[4]
+    assert [c.strip() for c in md_head.strip("|").split("|")][:2] == ["cell", "run_id"]
+    head = pd.DataFrame({"stage": ["perf"], "cells": [2], "experiment_id": ["3"], "run_id": ["0123456789abcdef"]})
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", html_table(head))[:2] == ["stage", "run"]
+
+
+def test_a_long_cell_is_cut_with_its_whole_text_as_tooltip():
+    """#49 10: a long text (a scale cell's source, a memory breakdown) keeps its row low: cut at LONG
+    characters, the whole of it in the cell's title."""
+    from steps.report.render import LONG
+
+    long = "state 14.96 sim / 14.96 Playbook / 14.96 predicted GiB; " * 4
+    page = html_table(TABLE.assign(source=[long, "short"]))
+    cut = re.search(r'<td title="([^"]*)">([^<]*)</td>', page)
+    assert cut and cut.group(1) == long and cut.group(2).endswith("…") and len(cut.group(2)) <= LONG
+    assert "<td>short</td>" in page
+
+
+def test_the_scale_plot_fits_the_report_with_a_readable_legend(tmp_path):
+    """#49 10: the scale plot with the default DAG's many series is drawn no wider than the report shows
+    it (so its legend is not scaled down below its 8 points), the legend under the panels."""
+    import matplotlib.image
+
+    from steps.scale.figures import FITS, MEMORY, TOKENS, world_curves
+
+    rows = [
+        {
+            "status": "ok",
+            "model": model,
+            "cluster": "grand_teton" if i % 2 else "dgx_h100",
+            "plan": f"fsdp{2 ** (i % 4)}×tp{i % 3 + 1} ac-selective",
+            "world": 2 ** (3 + i % 3),
+            "batch/rank (seqs × seq)": f"{i % 3 + 1} × 8192",
+            FITS: "fits: 64.9 GiB of 95" if i % 2 else "fits: 8.6 GiB of 80",
+            MEMORY: 10.0 + i,
+            TOKENS: 1000.0 * (i + 1),
+        }
+        for i, model in enumerate(["llama-3.1-8b", "gpt2-124m", "olmoe-1b-7b", "llama-3.1-70b"] * 5)
+    ]
+    [png] = world_curves(pd.DataFrame(rows), tmp_path)
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert width <= 1150, f"{width} px: the report shows it scaled to ~1150 px, its legend shrunk"
+    assert height > width / 3  # the legend's rows under the panels, not cut off
+
+
+def test_the_report_and_the_lab_run_link_each_other():
+    """#49 11: the report links the UI's experiment list (relative to the report as steps.ui serves
+    it, or at the configured UI), and the lab run's description links the report."""
+    assert 'href="../../#/experiments?workflowType=machine_learning"' in index_html("t", "", TABLE, [])
+    assert 'href="http://ui/#/experiments?workflowType=machine_learning"' in index_html("t", "http://ui", TABLE, [])
+    text = lab.description("`snakemake` in `/w`", "FINISHED", [], "1", "abc")
+    assert "[lab/report/index.html](lab/report/index.html)" in text
+
+
+def test_two_lab_runs_side_by_side_from_the_ui(tmp_path):
+    """#49 11: the lab run's description links the page steps.ui serves at lab/compare, which shows
+    `steps.compare --lab A --vs B` for two lab runs, or its one line when there is no run before."""
+    from flask import Flask
+
+    from steps.tracking.mlflow_app import add_compare
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = store.client(uri)
+    exp = store.experiment_id(c, "lab", uri)
+    run = c.create_run(exp, run_name="lab run")
+    store.experiment_id(c, "perf", uri)
+    text = lab.description("`snakemake` in `/w`", "FINISHED", [], exp, run.info.run_id)
+    link = f"lab/compare?a={run.info.run_id[:8]}&b=previous"
+    assert f"]({link})" in text
+    app = add_compare(Flask("ui"), uri)
+    page = app.test_client().get("/" + link).get_data(as_text=True)
+    assert "no lab run before" in page and run.info.run_id[:8] in page

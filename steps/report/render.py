@@ -11,7 +11,7 @@ import pandas as pd
 from steps.report.gather import SEEDS
 from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
-from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link
+from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link, ui_url
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -19,11 +19,16 @@ CSS = (
     "padding:3px 7px;text-align:left;vertical-align:top}th{background:#f0f0f0}"
     ".num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
     ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"  # a wide table scrolls in its own box
+    # ... with its first column (the cell, or the stage) in view while it scrolls sideways
+    "td.key,th.key{position:sticky;left:0;background:#fff;z-index:1;box-shadow:1px 0 0 #ccc}th.key{background:#f0f0f0}"
     "tr.failed,tr.missing{background:#fdd}tr.skipped{background:#ffd}img{max-width:100%}"
     "dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 1em}dl.meta dd{margin:0}"
     ".note{background:#ffd;border:1px solid #ec9;padding:6px 10px}"
 )
 HEAD_COLUMNS = ["stage", "cells", "ok", "skipped", "failed/missing", "key number", "experiment_id", "run_id"]
+KEYS = ("cell", "stage", "value")  # a table's first column, kept in view (the headline's, a stage's, a sweep's)
+RUN = "run"  # the run link's column, next to the key column
+LONG = 80  # characters a cell shows; a longer text is cut, with the whole of it as the cell's tooltip
 
 
 def run_link(ui: str, exp: str, run_id: str) -> str:
@@ -49,7 +54,7 @@ def with_seed_intervals(table: pd.DataFrame) -> pd.DataFrame:
 
 def md_with_links(table: pd.DataFrame, ui: str) -> str:
     table = with_seed_intervals(table)
-    shown = table.drop(columns=["experiment_id"]).copy()
+    shown = table[first_columns([c for c in table.columns if c != "experiment_id"])].copy()
     shown["run_id"] = [
         f"[{r[:8]}]({run_link(ui, e, r)})" if r else "" for r, e in zip(table["run_id"], table["experiment_id"])
     ]
@@ -70,16 +75,35 @@ def numeric_columns(table: pd.DataFrame) -> set:
     return out
 
 
+def first_columns(columns: list) -> list:
+    """The leading key columns (the cell, or the stage; a sweep's value and cell), then the run link,
+    then the others as they come: a row's name and its link stay at the left of a table that scrolls
+    sideways."""
+    lead = next((i for i, c in enumerate(columns) if c not in KEYS), len(columns))
+    key, run = list(columns[:lead]), ["run_id"] if "run_id" in columns else []
+    return key + run + [c for c in columns if c not in key and c not in run]
+
+
+def text_cell(text: str, attr: str = "") -> str:
+    """A text cell cut at LONG characters (the row stays one or two lines high), the whole of it
+    shown as the cell's tooltip."""
+    if len(text) <= LONG:
+        return f"<td{attr}>{html.escape(text)}</td>"
+    return f'<td{attr} title="{html.escape(text)}">{html.escape(text[: LONG - 1].rstrip())}…</td>'
+
+
 def html_table(table: pd.DataFrame, ui: str = "") -> str:
-    """An HTML table in its own scrolling box: numbers right-aligned, text left, run ids linked."""
+    """An HTML table in its own scrolling box: the key column (kept in view) and the run link first,
+    numbers right-aligned, text left and cut at LONG characters."""
     table = with_seed_intervals(table)
-    shown = [c for c in table.columns if c != "experiment_id"]
+    shown = first_columns([c for c in table.columns if c != "experiment_id"])
     num = numeric_columns(table)
 
     def attr(c) -> str:
-        return ' class="num"' if c in num else ""
+        classes = " ".join(k for k, on in (("key", c == shown[0] and c in KEYS), ("num", c in num)) if on)
+        return f' class="{classes}"' if classes else ""
 
-    head = "".join(f"<th{attr(c)}>{html.escape(str(c))}</th>" for c in shown)
+    head = "".join(f"<th{attr(c)}>{html.escape(RUN if c == 'run_id' else str(c))}</th>" for c in shown)
     body = []
     for _, row in table.iterrows():
         cells = []
@@ -89,7 +113,7 @@ def html_table(table: pd.DataFrame, ui: str = "") -> str:
                 link = html.escape(run_link(ui, row["experiment_id"], v))
                 cells.append(f'<td><a href="{link}" {NEW_TAB}>{v[:8]}</a></td>')
             else:
-                cells.append(f"<td{attr(c)}>{html.escape(fmt(v, markdown=False))}</td>")
+                cells.append(text_cell(fmt(v, markdown=False), attr(c)))
         body.append(f'<tr class="{html.escape(str(row.get("status", "")))}">{"".join(cells)}</tr>')
     return f"<div class='scroll'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
@@ -170,6 +194,13 @@ def open_note(ui: str) -> str:
     return f"<p class='note' id='n00bgpt-open'>{text}</p>{script}"
 
 
+def ui_links(ui: str) -> str:
+    """The report's way back into the MLflow UI: its experiment list, and the lab runs (each run's
+    description links this report)."""
+    base = ui or "../" * REPORT_PATH.count("/")
+    return f'<p>In the MLflow UI: <a href="{html.escape(ui_url(base))}" {NEW_TAB}>every experiment</a></p>'
+
+
 def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:
     """index.html: the same, with a table of contents and the wide tables scrolling in their boxes; a
     note at the top says where its run links open (open_note), and each opens in a new tab."""
@@ -179,7 +210,7 @@ def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], fac
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{CSS}</style></head><body>{FRAMED_NOTE}{open_note(ui)}<h1>{html.escape(title)}</h1>"
-        f"<dl class='meta'>{meta}</dl>"
+        f"<dl class='meta'>{meta}</dl>{ui_links(ui)}"
         f"<nav><b>Contents</b><ul>{toc}</ul></nav><h2 id='headline'>Headline</h2>"
         + html_table(head, ui)
         + "".join(sections)

@@ -14,6 +14,9 @@ from pathlib import Path
 MARKERS = "os^DvP*X<>phd8H"
 FITS, MEMORY, TOKENS = "predicted fits", "predicted memory/GPU (GiB)", "predicted tokens/s/GPU"  # the report's columns
 LINES = ("-", "--", "-.", ":")
+# The report shows a plot at most ~1,150 px wide (render.CSS: 1200 px less its margins): drawn no wider, its
+# 8-point legend stays 12 px high on screen. The legend goes under the panels, in two columns.
+WIDTH_IN, DPI, LEGEND_PT = 10.0, 110, 8
 
 
 def strategy(plan: str) -> str:
@@ -43,7 +46,7 @@ def world_curves(table, out_dir) -> list[Path]:
         return []
     df["strategy"] = df["plan"].map(strategy)
     colours = dict(zip(sorted(df["model"].unique()), cycle(plt.get_cmap("tab10").colors)))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(WIDTH_IN, 4.2))
     keys = ["model", "strategy", "cluster", "batch/rank (seqs × seq)"]
     used = Counter()  # series so far per colour
     for (model, strat, cluster, batch), g in df.groupby(keys):
@@ -62,7 +65,7 @@ def world_curves(table, out_dir) -> list[Path]:
         ax.set(xlabel="world size (GPUs)", ylabel=what)
         ax.grid(alpha=0.3)
     handles, labels = ax1.get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.legend(handles, labels, fontsize=LEGEND_PT, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
     fig.suptitle(
         "scale: predicted per-GPU memory and throughput against world size. A line joins cells of one model, strategy, "
         "cluster and batch/rank;\nmost strategies are single cells (one world size), compare points across "
@@ -71,6 +74,6 @@ def world_curves(table, out_dir) -> list[Path]:
     )
     fig.tight_layout()
     path = Path(out_dir) / "scale_world_curves.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return [path]

@@ -28,7 +28,7 @@ from steps import paths
 from steps.commandline import parser as cli_parser
 from steps.config import cells
 from steps.tracking import store, views
-from steps.tracking.describe import LAB_DESCRIPTION, NOTE, ui_url
+from steps.tracking.describe import LAB_DESCRIPTION, NOTE, REPORT_PATH, ui_url
 from steps.tracking.jobs import (
     Job,
     classify,
@@ -203,6 +203,9 @@ def description(head: str, status: str, rows: list[Job], exp: str, run_id: str, 
     links = " · ".join(f"[{name}]({ui_url('', exp, run_id, name)})" for name in ("jobs.md", "jobs.html"))
     bad = [j for j in rows if j.status in ("failed", "killed")]
     text = f"{head}: {status.lower()} ({summary(rows)}).\n\nEvery job, with its run and reason: {links}."
+    text += f"\n\nThe lab's report, its tables and plots: [{REPORT_PATH}index.html]({REPORT_PATH}index.html)"
+    text += " (served beside this UI by `python -m steps.ui`), and what changed since the lab run before: "
+    text += f"[lab/compare?a={run_id[:8]}](lab/compare?a={run_id[:8]}&b=previous)."
     if bad:
         more = f"\n\n... and {len(bad) - shown} more in jobs.md." if len(bad) > shown else ""
         text += "\n\nJobs that did not succeed:\n\n" + markdown(bad[:shown]) + more

@@ -6,7 +6,8 @@ empty traces overview, not on its runs (3.17's UI no longer reads the experiment
 `mlflow.experimentKind` tag). This app is MLflow's server app, registered as the `mlflow.app` plugin
 `n00bgpt-lab` (pyproject.toml) and started by `python -m steps.ui` as
 `mlflow server --app-name n00bgpt-lab`; the one change: the UI's page sets the switch to
-"Model training" when the browser has no choice stored yet. A choice the user makes stays theirs.
+"Model training" when the browser has no choice stored yet, and keeps MLflow's Assistant panel (an LLM
+chat the lab has no provider for) from opening itself on the first visit. A choice the user makes stays theirs.
 And a link clicked in one of the lab's HTML artifacts (jobs.html, the report), which MLflow shows in a
 sandboxed frame that may open no tab, opens in a new tab: the page asks this one to open it
 (describe.FRAMED_LINKS), and this one opens it when it is a page of this same server.
@@ -14,6 +15,7 @@ sandboxed frame that may open no tab, opens in a new tab: the page asks this one
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,10 +24,17 @@ from flask import Flask, Response, send_from_directory
 from steps.tracking.describe import OPEN_MESSAGE, REPORT_PATH
 
 REPORTS_ENV = "N00BGPT_REPORTS"  # the folder of the lab's report (python -m steps.ui sets it)
+STORE_ENV = "N00BGPT_STORE"  # the store's tracking URI, for the compare page (python -m steps.ui sets it)
+COMPARE_PATH = "lab/compare"  # two lab runs side by side: <base>/lab/compare?a=<lab run>&b=<lab run|previous>
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
+# MLflow 3.17's Assistant (a chat panel for an LLM provider the lab has none of) opens itself on a browser's
+# first visit to a local server unless this key says it already has
+ASSISTANT_OPENED_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
+# the UI's choices a new browser starts with (JSON values, as the UI stores them); a choice the user makes stays
+BROWSER_DEFAULTS = {WORKFLOW_KEY: '"machine_learning"', ASSISTANT_OPENED_KEY: "true"}
 DEFAULT_SCRIPT = (
-    "<script>try{if(!localStorage.getItem(%r))localStorage.setItem(%r,'\"machine_learning\"')}catch(e){}</script>"
-    % (WORKFLOW_KEY, WORKFLOW_KEY)
+    "<script>try{var d=%s;for(var k in d)if(localStorage.getItem(k)===null)localStorage.setItem(k,d[k])}"
+    "catch(e){}</script>" % json.dumps(BROWSER_DEFAULTS)
 )
 # A run link clicked in an HTML artifact's sandboxed frame (describe.FRAMED_LINKS posts its address): opened
 # in a new tab by this page (the click's activation reaches it) when it is an address of this server and the
@@ -39,7 +48,13 @@ OPEN_LINKS_SCRIPT = (
     "var w=open(u.href,'_blank');if(w)w.opener=null;else location.href=u.href;"
     "e.source.postMessage({type:%(done)r},'*')})</script>" % {"msg": OPEN_MESSAGE, "done": OPEN_MESSAGE + ".opened"}
 )
-PAGE_SCRIPTS = DEFAULT_SCRIPT + OPEN_LINKS_SCRIPT
+# The lab logs no traces (GenAI request traces): the links to MLflow's traces pages (an experiment's
+# "Traces" in the side bar, a run's "Traces" tab), each an empty page, are hidden.
+HIDDEN_STYLE = (
+    '<style>a[href$="/traces"],a[href*="/traces?"],'
+    '[role=tab][id$="-trigger-evaluations"]{display:none!important}</style>'
+)
+PAGE_SCRIPTS = DEFAULT_SCRIPT + OPEN_LINKS_SCRIPT + HIDDEN_STYLE
 
 
 def with_model_training_default(page: bytes) -> bytes:
@@ -81,6 +96,39 @@ def add_report(app: Flask, folder: str | None) -> Flask:
     return app
 
 
+def compare_page(uri: str, a: str | None, b: str | None) -> str:
+    """`python -m steps.compare --lab A --vs B` as a page: what changed between two lab runs (A default
+    the latest, B default the one before A), or the one line that says why not."""
+    import html
+
+    from steps.compare import CompareError, compare
+
+    try:
+        text = compare(uri=uri, lab=a or None, vs=b or "previous", fmt="table", width=200, ui="../")
+    except CompareError as exc:
+        text = str(exc)
+    title = f"lab run {a or 'latest'} vs {b or 'previous'}"
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<p>Two lab runs side by side (<code>python -m steps.compare --lab A --vs B</code>); choose them with "
+        "<code>?a=RUN&amp;b=RUN|previous</code> (ids or their first characters). "
+        f"<a href='../#/experiments?workflowType=machine_learning'>MLflow UI</a></p><pre>{html.escape(text)}</pre>"
+    )
+
+
+def add_compare(app: Flask, uri: str | None) -> Flask:
+    """Serve compare_page at `<base>/lab/compare` (COMPARE_PATH)."""
+    if not uri:
+        return app
+    from flask import request
+
+    def page() -> Response:
+        return Response(compare_page(uri, request.args.get("a"), request.args.get("b")), mimetype="text/html")
+
+    app.add_url_rule(f"/{COMPARE_PATH}", "lab_compare", page)
+    return app
+
+
 def create_app():
     """MLflow's server app plus the default above: FastAPI around Flask under uvicorn (MLflow's
     default server), the Flask app itself under gunicorn/waitress."""
@@ -88,6 +136,7 @@ def create_app():
 
     add_default(app)
     add_report(app, os.environ.get(REPORTS_ENV))
+    add_compare(app, os.environ.get(STORE_ENV))
     if os.environ.get("_MLFLOW_SGI_NAME", "uvicorn") == "uvicorn":
         from mlflow.server.fastapi_app import create_fastapi_app
 
