@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -172,3 +174,32 @@ def test_a_forked_job_killed_outright_fails_its_command_with_the_signal(tmp_path
 )
 def test_only_stage_jobs_are_handed_over(argv, handed):
     assert jobserver._stage_module(argv) == handed
+
+
+def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:
+    """A caller's request, as `delegate` sends it (its own stdin/stdout/stderr passed); returns the
+    connection, on which the forked job's pid then its exit status come back."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(sock)
+    request = {"module": "steps.word2vec", "args": ["--cfg", "{}"], "cwd": cwd, "env": env, "umask": 0o22}
+    data = json.dumps({**request, "caller": os.getpid()}).encode()
+    socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
+    return conn
+
+
+def test_a_job_that_cannot_start_fails_alone_and_the_server_serves_on(tmp_path, server):
+    """A forked job whose working folder is gone, or whose caller hung up before its pid came back,
+    ends itself (before: its exception left `_child` into the server's loop in the forked process,
+    which unlinked the server's socket on its way out: every later job of the DAG ran on its own)."""
+    gone = tmp_path / "gone"
+    conn = hand_over(server, str(gone), clean_env())
+    pid = jobserver._recv(conn)["pid"]
+    assert jobserver._recv(conn) == {"exit": 1}
+    assert jobserver._status_of(server, pid) == {"exit": 1, "from": "server"}
+    hand_over(server, str(tmp_path), clean_env()).close()  # the caller is gone before the pid is sent
+    time.sleep(2)
+    assert Path(server).exists()
+    work = tmp_path / "work"
+    work.mkdir()
+    forked = run(work, job(work, "prepare_corpus"), server)
+    assert forked.returncode == 0 and FORKED in forked.stderr, forked.stderr[-3000:]

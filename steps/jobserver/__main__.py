@@ -11,13 +11,29 @@ import socket
 import struct
 import sys
 import tempfile
+import traceback
 
 from steps.jobserver import PRELOAD, _send, blocking, run_as_main, threads_of
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit."""
+    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit.
+    Never returns: whatever happens here ends this process (an exception let out would run the
+    server's own loop and its `finally` here, which unlinks the server's socket)."""
+    code = 1
+    try:
+        code = _become(conn, listener, request, fds)
+    except BaseException:  # noqa: BLE001 - the job could not start (its folder gone, its caller gone)
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+            sys.stderr.flush()
+    finally:
+        with contextlib.suppress(BaseException):
+            _send(conn, {"exit": code})
+        os._exit(code)
 
+
+def _become(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> int:
     from steps import lifeline
 
     listener.close()
@@ -44,9 +60,7 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     code = run_as_main(request["module"])
     with lifeline.finishing():  # done: the caller exiting after this status is no death to act on
         pass
-    with contextlib.suppress(OSError):
-        _send(conn, {"exit": code})
-    os._exit(code)
+    return code
 
 
 def apply_threads(n: int | None) -> None:
