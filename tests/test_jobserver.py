@@ -6,9 +6,12 @@ cannot give runs on its own. Real processes only: the server, the commands, the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -18,29 +21,34 @@ import pytest
 
 from steps import jobserver
 from steps.tracking import store
-from tests.conftest import clean_env, io_args, smoke_params, stage_paths
+from tests.conftest import clean_env, io_args, sigint_as_in_a_terminal, smoke_params, stage_paths
 
 pytestmark = pytest.mark.slow
 
 FORKED = "job server: forked from pid"
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A job server on a socket in tmp_path, in the tests' job environment; yields its socket path."""
+def start_server(tmp_path: Path, **popen) -> tuple[str, subprocess.Popen]:
+    """A job server on a socket in tmp_path, in the tests' job environment, once it listens."""
     sock = tmp_path / "jobs.sock"
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed below
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - the server's, for as long as it runs
     cmd = [sys.executable, "-m", "steps.jobserver", str(sock)]
-    proc = subprocess.Popen(cmd, env=clean_env(), stdout=log, stderr=log)
+    proc = subprocess.Popen(cmd, env=clean_env(), stdout=log, stderr=log, **popen)
     t0 = time.time()
     while not sock.exists():
         assert proc.poll() is None, (tmp_path / "server.log").read_text()
         assert time.time() - t0 < 180, "the job server did not listen within 180 s"
         time.sleep(0.2)
-    yield str(sock)
+    return str(sock), proc
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A job server (start_server); yields its socket path."""
+    sock, proc = start_server(tmp_path)
+    yield sock
     proc.terminate()
     proc.wait(30)
-    log.close()
 
 
 def job(work: Path, stage: str, cell: str = "main", over: dict | None = None) -> list[str]:
@@ -172,3 +180,102 @@ def test_a_forked_job_killed_outright_fails_its_command_with_the_signal(tmp_path
 )
 def test_only_stage_jobs_are_handed_over(argv, handed):
     assert jobserver._stage_module(argv) == handed
+
+
+def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:
+    """A caller's request, as `delegate` sends it (its own stdin/stdout/stderr passed); returns the
+    connection, on which the forked job's pid then its exit status come back."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(sock)
+    request = {"module": "steps.word2vec", "args": ["--cfg", "{}"], "cwd": cwd, "env": env, "umask": 0o22}
+    data = json.dumps({**request, "caller": os.getpid()}).encode()
+    socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
+    return conn
+
+
+def test_a_job_that_cannot_start_fails_alone_and_the_server_serves_on(tmp_path, server):
+    """A forked job whose working folder is gone, or whose caller hung up before its pid came back,
+    ends itself (before: its exception left `_child` into the server's loop in the forked process,
+    which unlinked the server's socket on its way out: every later job of the DAG ran on its own)."""
+    gone = tmp_path / "gone"
+    conn = hand_over(server, str(gone), clean_env())
+    pid = jobserver._recv(conn)["pid"]
+    assert jobserver._recv(conn) == {"exit": 1}
+    assert jobserver._status_of(server, pid) == {"exit": 1, "from": "server"}
+    hand_over(server, str(tmp_path), clean_env()).close()  # the caller is gone before the pid is sent
+    time.sleep(2)
+    assert Path(server).exists()
+    work = tmp_path / "work"
+    work.mkdir()
+    forked = run(work, job(work, "prepare_corpus"), server)
+    assert forked.returncode == 0 and FORKED in forked.stderr, forked.stderr[-3000:]
+
+
+def started_long_job(work: Path, sock: str, log: Path, **popen) -> tuple[subprocess.Popen, int]:
+    """A long word2vec job handed to the server at `sock`, once it trains: (its command, the forked pid)."""
+    assert run(work, job(work, "prepare_corpus"), sock).returncode == 0
+    env = {**clean_env(), jobserver.SOCKET_ENV: sock}
+    out = open(log, "w")  # noqa: SIM115 - the job's log, as snakemake's redirection opens it
+    caller = subprocess.Popen(
+        job(work, "word2vec", "sgd", over={"epochs": 10_000}), cwd=work, env=env, stdout=out, stderr=out, **popen
+    )
+    t0 = time.time()
+    while "word2vec:" not in log.read_text():
+        assert caller.poll() is None and time.time() - t0 < 300, log.read_text()[-3000:]
+        time.sleep(0.2)
+    return caller, int(log.read_text().split(FORKED)[1].split("pid ")[1].split(")")[0])
+
+
+def running(pid: int) -> bool:
+    """`pid` exists and is no zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ctrl_c_reaches_a_forked_job_once(tmp_path):
+    """A terminal's Ctrl-C: SIGINT to snakemake's whole process group, where the Snakefile starts the
+    server, and the job's command, which forwards its own SIGINT to the forked job. The job gets one
+    KeyboardInterrupt, as in its own process: its run ends FAILED, failed.json says why, no traceback
+    (before: the group's SIGINT and the forwarded one both reached it, the second one cut short the
+    ending of the first)."""
+    sock, server = start_server(tmp_path, process_group=0, preexec_fn=sigint_as_in_a_terminal)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        log = tmp_path / "job.log"
+        caller, child = started_long_job(work, sock, log, process_group=server.pid, preexec_fn=sigint_as_in_a_terminal)
+        time.sleep(1)
+        os.killpg(server.pid, signal.SIGINT)
+        t0 = time.time()
+        caller.wait(60)
+        print(f"the forked job's command ended {time.time() - t0:.1f} s after Ctrl-C")
+        text = log.read_text()
+        assert caller.returncode != 0 and not running(child), text[-3000:]
+        failed = json.loads((work / "results/word2vec/sgd/failed.json").read_text())
+        assert failed["error"].startswith("KeyboardInterrupt"), text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+        assert store.client(f"sqlite:///{work / 'results/mlflow.db'}").get_run(failed["run_id"]).info.status == "FAILED"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+
+
+def test_a_server_that_does_not_answer_leaves_the_job_to_its_own_process(tmp_path):
+    """A server stopped or stuck after the kernel accepted the connection: the job runs in its own
+    process after HAND_OVER_S (before: it waited for the server's answer for ever)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "stuck.sock"))
+    sock.listen(8)  # never accepted: connect succeeds, no answer comes
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**clean_env(), jobserver.SOCKET_ENV: str(tmp_path / "stuck.sock"), jobserver.WAIT_ENV: "2"}
+    cmd = job(work, "prepare_corpus")
+    try:
+        own = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        sock.close()
+    assert own.returncode == 0, own.stderr[-3000:]
+    assert "job server: no answer within 2 s; running this job in its own process" in own.stderr
+    assert json.loads((work / "results/prepare_corpus/main/metrics.json").read_text())["status"] == "ok"

@@ -15,7 +15,10 @@ The same job, forked:
   stdin/stdout/stderr (the caller's own file descriptors, passed over the socket: its log file);
 - the exit status: the forked job sends it back and the caller exits with it; a forked job killed
   without one (SIGKILL, OOM) is a failed job (exit 1, one line in the log);
-- signals: the caller forwards SIGTERM/SIGINT/SIGHUP to the forked job (snakemake's Ctrl-C);
+- signals: the caller forwards SIGTERM/SIGINT/SIGHUP to the forked job, which runs in a process group
+  of its own, so a signal to the caller's group (a terminal's Ctrl-C) reaches it once, as it reaches a
+  job in its own process; the job starts only once its caller said it waits for it (a caller that gave
+  up on a server that does not answer, HAND_OVER_S, or died meanwhile, leaves nothing running);
 - the lifeline (steps/lifeline.py): the forked job watches its caller, whose own lifeline watches
   snakemake: when snakemake (or the caller) dies, the job ends its MLflow run FAILED and exits within
   seconds, as a job in its own process does.
@@ -37,6 +40,7 @@ import struct
 import sys
 
 SOCKET_ENV = "N00BGPT_JOBSERVER"  # the server's socket path (set by the Snakefile for local runs)
+WAIT_ENV = "N00BGPT_JOBSERVER_WAIT_S"  # HAND_OVER_S, where a test needs it shorter
 # Imported by the server before it forks: what nearly every job imports, the MLflow store included.
 PRELOAD = (
     "numpy",
@@ -70,6 +74,7 @@ RUN_TIME = frozenset(
         "_",
         "PS1",
         SOCKET_ENV,
+        WAIT_ENV,
         # the temporary folder: read by `tempfile` when first asked, which the forked job resets
         "TMPDIR",
         "TEMP",
@@ -93,6 +98,9 @@ THREAD_VARS = frozenset(
 # which inherited pages would count) or re-execute themselves (perf sets glibc's MALLOC_MMAP_THRESHOLD_).
 OWN_PROCESS = frozenset({"steps.perf"})
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# A server that accepts but does not answer (stopped, stuck) within this gets no job: it runs here. The
+# forked job starts only on the caller's word that it waits for it, so a late fork runs nothing twice.
+HAND_OVER_S = float(os.environ.get(WAIT_ENV) or 60)
 
 
 def blocking(env: dict, server_env: dict) -> list[str]:
@@ -165,6 +173,7 @@ def delegate() -> None:
         return
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(HAND_OVER_S)
         conn.connect(path)
         umask = os.umask(0)
         os.umask(umask)
@@ -175,10 +184,15 @@ def delegate() -> None:
             "env": dict(os.environ),
             "umask": umask,
             "caller": os.getpid(),
+            "executable": sys.executable,
         }
         data = json.dumps(request).encode()
         socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
         answer = _recv(conn)
+    except TimeoutError:
+        conn.close()  # the forked job, if it comes, finds no caller to start for and ends
+        print(f"job server: no answer within {HAND_OVER_S:g} s; running this job in its own process", file=sys.stderr)
+        return
     except (OSError, ValueError):
         return  # no server (gone, never started): run here
     if not answer or "pid" not in answer:
@@ -194,6 +208,9 @@ def delegate() -> None:
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    conn.settimeout(None)  # the job takes as long as it takes
+    with contextlib.suppress(OSError):
+        _send(conn, {"go": True})  # this process waits for it now: it may start (it ends if this one is gone)
     end = _recv(conn) or _status_of(path, child)
     if end is None:
         print(f"job server: no exit status for the forked job (pid {child}): the server is gone", file=sys.stderr)

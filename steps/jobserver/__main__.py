@@ -11,20 +11,49 @@ import socket
 import struct
 import sys
 import tempfile
+import traceback
 
-from steps.jobserver import PRELOAD, _send, blocking, run_as_main, threads_of
+from steps.jobserver import FORWARDED, PRELOAD, _recv, _send, blocking, run_as_main, threads_of
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit."""
+    """In the forked process: become `python -m <module> <args>` of the caller, then report the exit.
+    Never returns: whatever happens here ends this process (an exception let out would run the
+    server's own loop and its `finally` here, which unlinks the server's socket)."""
+    code = 1
+    try:
+        code = _become(conn, listener, request, fds)
+    except BaseException:  # noqa: BLE001 - the job could not start (its folder gone, its caller gone)
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+            sys.stderr.flush()
+    finally:
+        with contextlib.suppress(BaseException):
+            _send(conn, {"exit": code})
+        os._exit(code)
 
+
+def _become(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> int:
     from steps import lifeline
 
-    listener.close()
-    _send(conn, {"pid": os.getpid()})  # first, from here: the caller forwards its signals to this pid
+    # Signals: the server's handlers go (its SIGTERM one would unlink the server's socket from here), held
+    # back since the fork (serve). A process group of its own: a signal to the caller's group (the
+    # terminal's Ctrl-C, sent to snakemake's, where the server runs) reaches this job once, forwarded by
+    # its caller, as in its own process; the group's copy and the forwarded one would be two
+    # KeyboardInterrupts, the second cutting the first one's ending short (its MLflow run left RUNNING).
+    os.setpgid(0, 0)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    listener.close()
+    for waiting in WAITING.values():  # other callers' connections: theirs to see closed when the server is gone
+        for other in waiting:
+            other.close()
+    _send(conn, {"pid": os.getpid()})  # the caller forwards its signals to this pid from now on
+    if _recv(conn) != {"go": True}:  # the caller gave up waiting, or died: no one to run this job for
+        print(f"pid {os.getpid()}: the caller of {request['module']} hung up before it started", flush=True)
+        return 1
     for target, fd in zip((0, 1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -44,9 +73,7 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
     code = run_as_main(request["module"])
     with lifeline.finishing():  # done: the caller exiting after this status is no death to act on
         pass
-    with contextlib.suppress(OSError):
-        _send(conn, {"exit": code})
-    os._exit(code)
+    return code
 
 
 def apply_threads(n: int | None) -> None:
@@ -140,14 +167,20 @@ def serve(path: str) -> None:
                     WAITING.setdefault(pid, []).append(conn)
                 continue
             why = blocking(request["env"], started_env)
+            why = why and f"its environment differs from the server's in {', '.join(why[:5])}"
+            if request.get("executable") != sys.executable:  # `python` on the job's PATH: another interpreter
+                why = f"its interpreter {request.get('executable')} is not the server's {sys.executable}"
             if why or len(fds) != 3:
-                _answer(conn, {"why": f"its environment differs from the server's in {', '.join(why[:5])}"})
+                _answer(conn, {"why": why or "its stdin, stdout and stderr did not come with it"})
                 for fd in fds:
                     os.close(fd)
                 continue
+            signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until the forked job has its own handlers
             pid = os.fork()
             if pid == 0:
                 _child(conn, listener, request, fds)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            STATUSES.pop(pid, None)  # a pid reused: its earlier job's status is no answer for this one
             print(f"forked {request['module']} for pid {request['caller']}: pid {pid}", flush=True)
             for fd in fds:
                 os.close(fd)
