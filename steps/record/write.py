@@ -60,13 +60,22 @@ def report_record(results: Path) -> dict:
     return rec
 
 
+def is_stage(section: str) -> bool:
+    """A section of the report that is a lab stage (the sweep section, a smoke DAG's too, is not one)."""
+    try:
+        presentation(section)
+    except LookupError:
+        return False
+    return True
+
+
 def stage_order(results: Path) -> list[str]:
     """The report's stages in DAG order: its index.md's sections (each has its table)."""
     index = results / "reports" / "index.md"
     if not index.exists():
         raise RecordError(f"{index}: missing, so this folder has no finished report; {RUN_IT}")
     stages = [line[3:].strip() for line in index.read_text().splitlines() if line.startswith("## ")]
-    stages = [s for s in stages if s != "Headline"]
+    stages = [s for s in stages if s != "Headline" and is_stage(s)]
     missing = [s for s in stages if not (results / "reports" / f"{s}.csv").exists()]
     if missing or not stages:
         raise RecordError(f"{results / 'reports'}: no table for {', '.join(missing) or 'any stage'}; {RUN_IT}")
