@@ -192,3 +192,28 @@ def test_system_metrics_sampling_changes_no_number(gpt_data_dir, monkeypatch):
         assert recs["0.05"]["metrics"][key] == recs["1000"]["metrics"][key], key
     c = store.client(f"sqlite:///{gpt_data_dir / 'results' / 'mlflow.db'}")
     assert "system/cpu_utilization_percentage" in c.get_run(recs["0.05"]["run_id"]).data.metrics
+
+
+def test_seed_runs_sort_right_under_their_cell(tmp_path, monkeypatch):
+    """MLflow nests child runs only in a table sorted by time: under the view's sort a cell's seed runs
+    are the rows right below it, also where cells tie on the headline (smoke word2vec: all 0)."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    for cell in ("sgd", "gensim"):
+        run = MlflowRun(uri, "word2vec", cell, "hash", 1234)
+        run.start({"backend": cell}, {"seed": 1234}, {})
+        for seed in (1235, 1234):
+            run.log_child(f"word2vec:{cell} seed {seed}", {"seed": seed}, {"analogy_acc": 0.0}, {"seed": str(seed)})
+        run.log_metrics({"analogy_acc": 0.0})
+        run.end("ok")
+    c = store.client(uri)
+    exp = c.get_experiment_by_name("n00bgpt/word2vec")
+    runs = c.search_runs([exp.experiment_id], order_by=["tags.`view_order` ASC"])
+    assert [r.info.run_name for r in runs] == [
+        "word2vec:gensim",
+        "word2vec:gensim seed 1234",
+        "word2vec:gensim seed 1235",
+        "word2vec:sgd",
+        "word2vec:sgd seed 1234",
+        "word2vec:sgd seed 1235",
+    ]

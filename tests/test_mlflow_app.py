@@ -26,6 +26,7 @@ from steps.tracking.mlflow_app import (
     PAGE_SCRIPTS,
     WORKFLOW_KEY,
     add_default,
+    page_scripts,
     with_model_training_default,
 )
 from tests.conftest import clean_env
@@ -56,7 +57,7 @@ def test_the_assistant_does_not_open_itself():
 def test_page_sets_the_default_first_and_only_when_unset():
     page = (BUILD / "index.html").read_bytes()
     served = with_model_training_default(page).decode()
-    assert served.replace(PAGE_SCRIPTS, "") == page.decode()
+    assert served.replace(page_scripts(), "") == page.decode() and page_scripts().startswith(PAGE_SCRIPTS)
     assert served.index(DEFAULT_SCRIPT) < served.index("static/js/main.")
     assert "if(localStorage.getItem(k)===null)" in DEFAULT_SCRIPT  # a user's own choice stays
     assert all(f'"{key}": ' in DEFAULT_SCRIPT for key in (WORKFLOW_KEY, ASSISTANT_OPENED_KEY))
@@ -141,3 +142,42 @@ def test_the_empty_traces_pages_are_not_linked():
     assert (
         HIDDEN_STYLE in PAGE_SCRIPTS and 'a[href$="/traces"]' in HIDDEN_STYLE and "-trigger-evaluations" in HIDDEN_STYLE
     )
+
+
+def test_each_experiment_opens_on_its_view_however_reached():
+    """The UI keeps an experiment's runs-page state under `ExperimentPage-["<id>"]` in localStorage and,
+    holding none, shows MLflow's default columns (checked against the installed bundle); the page is
+    served with each lab experiment's saved view there, unless the browser holds the user's own."""
+    from types import SimpleNamespace
+
+    from steps.tracking import views
+    from steps.tracking.mlflow_app import MLFLOW_DEFAULT_COLUMNS, SEEDED, STATE_KEY, seeded_states
+
+    bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
+    assert 'getStoreForComponent("ExperimentPage",' in bundle and '["MLflowLocalStorage",r.version' in bundle
+    assert 'r.version="1.1"' in bundle and 'reactComponentStateKey="ReactComponentState"' in bundle
+    assert STATE_KEY.format(ids='["3"]') == 'MLflowLocalStorage-1.1-ExperimentPage-["3"]-ReactComponentState'
+    assert "qo.SOURCE),(0,o.GF)(r.RO.ATTRIBUTES,r.qo.MODELS),(0,o.GF)(r.RO.ATTRIBUTES,r.qo.DATASET)" in bundle
+    assert len(MLFLOW_DEFAULT_COLUMNS) == 3
+    view = views.stage_view("perf")
+    exp = SimpleNamespace(experiment_id="14", tags={views.TAG_PREFIX + "n00bgpt": views.envelope("perf", view)})
+    other = SimpleNamespace(experiment_id="0", tags={})
+    states = seeded_states([exp, other])
+    assert list(states) == ["14"] and states["14"][SEEDED]
+    assert states["14"]["columnOrder"][3:6] == ["tags.`cell`", "tags.`status`", "metrics.`speedup`"]
+    page = with_model_training_default((BUILD / "index.html").read_bytes(), states).decode()
+    assert page.index('"14": {"selectedColumns"') < page.index("static/js/main.")
+    assert "if(!o||o.n00bgptView||" in page  # a state of the user's own stays
+
+
+def test_metric_values_are_rounded_through_the_uis_own_hook():
+    """3.17's runs table reads `registry[metricKey].valueFormatter` (module METRIC_REGISTRY, `{}`)."""
+    from steps.tracking.mlflow_app import METRIC_REGISTRY, ROUND_SCRIPT
+
+    main = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("main.*.js"))
+    assert f'{METRIC_REGISTRY}(e,t,n){{"use strict";n.d(t,{{g:()=>r}});const r={{}}}}' in main
+    bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
+    assert "t=Ue.g[e]" in bundle and "valueFormatter:null===t||void 0===t?void 0:t.valueFormatter" in bundle
+    assert "r=globalThis.webpackChunk_mlflow_mlflow=globalThis.webpackChunk_mlflow_mlflow||[];r.forEach(" in main
+    assert "maximumSignificantDigits:4" in ROUND_SCRIPT
+    assert ROUND_SCRIPT in with_model_training_default((BUILD / "index.html").read_bytes()).decode()

@@ -11,6 +11,15 @@ chat the lab has no provider for) from opening itself on the first visit. A choi
 And a link clicked in one of the lab's HTML artifacts (jobs.html, the report), which MLflow shows in a
 sandboxed frame that may open no tab, opens in a new tab: the page asks this one to open it
 (describe.FRAMED_LINKS), and this one opens it when it is a page of this same server.
+
+Each lab experiment opens on its saved view (steps/tracking/views.py: its key columns, in order, sorted
+the stage's way) however it is reached: the UI keeps an experiment's runs-page state per browser in
+`localStorage` (`MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`, the state a
+saved view holds) and shows MLflow's default columns (Source, Models, Dataset) where it holds none;
+the page is served with the store's views seeded there (SEED_SCRIPT) unless the browser holds a state
+of the user's own. And the runs table shows metric values to 4 significant digits, as the report does
+(steps/tables.fmt), through the UI's own per-metric display hook (its `valueFormatter` registry, module
+METRIC_REGISTRY of 3.17's bundle); the logged values are untouched (a cell's tooltip shows them whole).
 """
 
 from __future__ import annotations
@@ -55,16 +64,70 @@ HIDDEN_STYLE = (
     '[role=tab][id$="-trigger-evaluations"]{display:none!important}</style>'
 )
 PAGE_SCRIPTS = DEFAULT_SCRIPT + OPEN_LINKS_SCRIPT + HIDDEN_STYLE
+STATE_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"  # {ids}: JSON of [experiment id]
+SEEDED = "n00bgptView"  # in a state this page seeded: the view it came from (the user changed nothing yet)
+# MLflow's default columns: a state holding only these is no choice of the user's (a visit before the view)
+MLFLOW_DEFAULT_COLUMNS = ["attributes.`Source`", "attributes.`Models`", "attributes.`Dataset`"]
+SEED_SCRIPT = (
+    "<script>(function(v){try{Object.keys(v).forEach(function(id){var k=%(key)r.replace('{ids}',JSON.stringify([id])),"
+    "o=null;try{o=JSON.parse(localStorage.getItem(k))}catch(_){}"
+    "if(!o||o.%(seeded)s||JSON.stringify(o.selectedColumns||[])===%(default)r)"
+    "localStorage.setItem(k,JSON.stringify(v[id]))})}catch(e){}})(%%s)</script>"
+) % {"key": STATE_KEY, "seeded": SEEDED, "default": json.dumps(MLFLOW_DEFAULT_COLUMNS, separators=(",", ":"))}
+METRIC_REGISTRY = 13071  # 3.17's bundle: `{}` keyed by metric key -> {displayName, valueFormatter, ...}
+# Every metric key's entry (a prototype behind the registry's own): its value to 4 significant digits.
+ROUND_SCRIPT = (
+    "<script>(globalThis.webpackChunk_mlflow_mlflow=globalThis.webpackChunk_mlflow_mlflow||[]).push([['n00bgpt-round'],{},"
+    "function(r){try{var g=r(%d).g;if(!g||typeof g!=='object'||Object.getPrototypeOf(g)!==Object.prototype)return;"
+    "var f={valueFormatter:function(p){var v=p&&p.value;"
+    "if(typeof v!=='number'||!isFinite(v))return v==null?'':String(v);"
+    "if(Number.isInteger(v)&&Math.abs(v)<1e15)return v.toLocaleString('en-US');"
+    "if(v!==0&&(Math.abs(v)<1e-3||Math.abs(v)>=1e6))return v.toExponential(3);"
+    "return v.toLocaleString('en-US',{maximumSignificantDigits:4})}};"
+    "Object.setPrototypeOf(g,new Proxy({},{get:function(t,k){return typeof k==='string'&&!(k in Object.prototype)?f:"
+    "Object.prototype[k]}}))}catch(e){}}])</script>" % METRIC_REGISTRY
+)
 
 
-def with_model_training_default(page: bytes) -> bytes:
-    """The UI's index.html with the default set before its bundle runs (first thing in <head>), and the
-    listener that opens the lab's HTML artifacts' links (OPEN_LINKS_SCRIPT)."""
+def seeded_states(experiments) -> dict[str, dict]:
+    """{experiment id: the runs-page state the UI keeps for it} of each experiment holding the lab's
+    saved view (views.py), marked as seeded by this page."""
+    from steps.tracking import views
+
+    states = {}
+    for exp in experiments:
+        view = views.current(exp)
+        if view is not None and view.get("selectedColumns"):  # a view written before columnOrder: ordered here
+            full = views.state(view["selectedColumns"], view.get("orderByKey", ""), view.get("orderByAsc", True))
+            states[exp.experiment_id] = {**full, **view, SEEDED: True}
+    return states
+
+
+def lab_states() -> dict[str, dict]:
+    """The seeded states of the store this server serves (none where it cannot be read)."""
+    try:
+        from mlflow.server.handlers import _get_tracking_store
+
+        return seeded_states(_get_tracking_store().search_experiments(max_results=1000))
+    except Exception:  # the page opens anyway, on MLflow's defaults
+        return {}
+
+
+def with_model_training_default(page: bytes, states: dict[str, dict] | None = None) -> bytes:
+    """The UI's index.html with the default set before its bundle runs (first thing in <head>), the
+    listener that opens the lab's HTML artifacts' links (OPEN_LINKS_SCRIPT), the experiments' views
+    seeded (SEED_SCRIPT) and metric values rounded (ROUND_SCRIPT)."""
     head = page.find(b"<head>")
     if head < 0:
         return page
     at = head + len(b"<head>")
-    return page[:at] + PAGE_SCRIPTS.encode() + page[at:]
+    return page[:at] + page_scripts(states).encode() + page[at:]
+
+
+def page_scripts(states: dict[str, dict] | None = None) -> str:
+    """What the page gets first thing in its <head>."""
+    seed = SEED_SCRIPT % json.dumps(states or {}).replace("</", "<\\/")
+    return PAGE_SCRIPTS + seed + ROUND_SCRIPT
 
 
 def add_default(app: Flask) -> Flask:
@@ -75,7 +138,7 @@ def add_default(app: Flask) -> Flask:
         page = folder / "index.html"
         if not page.exists():
             return original()  # MLflow's own message for a source install without the UI build
-        return Response(with_model_training_default(page.read_bytes()), mimetype="text/html")
+        return Response(with_model_training_default(page.read_bytes(), lab_states()), mimetype="text/html")
 
     original = app.view_functions["serve"]
     app.view_functions["serve"] = serve

@@ -210,8 +210,10 @@ class MlflowRun:
         self.flush()
         with store.write_lock(self.uri):
             store.retrying(self._client.set_tag, self.run_id, "status", status)
-            order = views.order_key(self.stage, self.cell, self._latest if status == "ok" else {})
-            store.retrying(self._client.set_tag, self.run_id, views.ORDER_TAG, order)
+            if self.parent is None:  # a seed's run sorts under its cell's (set below, by the cell's end)
+                order = views.order_key(self.stage, self.cell, self._latest if status == "ok" else {})
+                store.retrying(self._client.set_tag, self.run_id, views.ORDER_TAG, order)
+                self._order_children(order)
             if status == "skipped":  # MLflow has no such state: FINISHED, and the name says it
                 name = f"{self.stage}:{self.cell} (skipped)"
                 store.retrying(self._client.set_tag, self.run_id, "mlflow.runName", name)
@@ -219,6 +221,19 @@ class MlflowRun:
                 key = "error" if status == "failed" else "reason"
                 store.retrying(self._client.set_tag, self.run_id, key, reason[:5000])
             store.retrying(self._client.set_terminated, self.run_id, "FAILED" if status == "failed" else "FINISHED")
+
+    def _order_children(self, order: str) -> None:
+        """Each child run (a seed's) sorts right under this one (views.seed_order_key); held lock."""
+        children = store.retrying(
+            self._client.search_runs,
+            [self.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'",
+            max_results=1000,
+        )
+        for child in children:
+            seed = child.data.tags.get("seed", "")
+            key = views.seed_order_key(order, int(seed)) if seed.isdigit() else f"{order} | {child.info.run_name}"
+            store.retrying(self._client.set_tag, child.info.run_id, views.ORDER_TAG, key)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Buffered; flushed in batches under the store lock (every 5 s, 500 values, or at end)."""

@@ -13,7 +13,12 @@ the view by its name in the experiment's saved views.
 
 MLflow sorts on one key, so "baseline first, then by the headline" is the run tag `view_order`, set
 when a job ends (mlflow_run.py): "0 baseline", "1-<hex>" (the headline as an order-preserving hex
-of the IEEE double, negated where larger reads first), "2" where the run has no headline number.
+of the IEEE double, negated where larger reads first), "2" where the run has no headline number,
+then ` | <cell>` (cells with equal headlines stay apart). A cell's seed runs carry its key and
+` | seed <n>`, so they sort right under it: MLflow nests child runs only in a table sorted by start
+time, so under this sort the seeds are the rows below their cell, named and tagged with it.
+The view also orders the columns (`columnOrder`: the UI's fixed ones, then the stage's key columns) and
+widens the name (`columnWidths`) so that a seed's name shows its cell and seed.
 """
 
 from __future__ import annotations
@@ -65,8 +70,19 @@ def stage_columns(stage: str, params: list[str] = ()) -> list[str]:
     return ["tags.`cell`", "tags.`status`", *map(column, refs)]
 
 
+NAME_COLUMN = "attributes.`Run Name`"  # the UI's fixed columns (ag-grid column ids of 3.17's runs table)
+FIXED = ["attributes.`Run Name`", "runDateAndNestInfo", "duration"]  # Run Name, Created, Duration
+NAME_WIDTH = 260  # px: "word2vec:sgd_perpair seed 1235" whole
+
+
 def state(columns: list[str], order_by: str, ascending: bool) -> dict:
-    return {"selectedColumns": columns, "orderByKey": order_by, "orderByAsc": ascending}
+    return {
+        "selectedColumns": columns,
+        "columnOrder": [*FIXED, *columns],
+        "columnWidths": {NAME_COLUMN: NAME_WIDTH},
+        "orderByKey": order_by,
+        "orderByAsc": ascending,
+    }
 
 
 def envelope(name: str, view: dict) -> str:
@@ -143,9 +159,14 @@ def sortable(x: float) -> str:
 def order_key(stage: str, cell: str, metrics: dict[str, float]) -> str:
     """The run's `view_order` tag (module docstring)."""
     if cell == "baseline" or cell.endswith("_baseline"):
-        return "0 baseline"
+        return f"0 baseline | {cell}"
     head = headline_metric(stage)
     value = metrics.get(head[0]) if head else None
     if value is None or value != value:
-        return "2 no headline"
-    return f"1-{sortable(-value if head[1] else value)} {head[0]}={value:.4g}"
+        return f"2 no headline | {cell}"
+    return f"1-{sortable(-value if head[1] else value)} {head[0]}={value:.4g} | {cell}"
+
+
+def seed_order_key(cell_key: str, seed: int) -> str:
+    """A seed run's `view_order`: its cell's, then the seed (sorted as a number)."""
+    return f"{cell_key} | seed {seed:012d}"

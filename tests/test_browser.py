@@ -1,0 +1,191 @@
+"""The lab's pages in a real browser (Playwright driving Debian's Chromium) on the smoke store, clicked
+as a first-time user would: the experiment list into word2vec and perf (each opens on its key columns,
+values rounded, seeds under their cell), a run's page and back by the breadcrumb, the report served
+by `python -m steps.ui` and a run link in its headline and in two stage tables, the lab run's
+jobs.html artifact and a run in it, and the report opened as a file. Any console error of the lab's
+pages fails it; the screenshots are kept in tests/artifacts/browser/ (CI keeps them)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, clean_env
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's (.ci/run installs it)
+SHOTS = ROOT / "tests" / "artifacts" / "browser"
+# MLflow's own request the UI makes and a plain server answers 404 (no auth app): not the lab's
+MLFLOW_404 = ("/ajax-api/2.0/mlflow/users/current",)
+KEY_COLUMNS = {"word2vec": "metrics.`analogy_acc`", "perf": "metrics.`speedup`"}
+LOADED = 120_000  # ms: a page of MLflow's UI on a loaded 2-core host
+
+
+def api(base: str, path: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        f"{base}/api/2.0/mlflow/{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+class Browse:
+    """One browser context on the lab's server, recording what went wrong on the lab's own pages."""
+
+    def __init__(self, browser, base: str):
+        self.base, self.errors, self.failed = base, [], []
+        self.ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+        self.ctx.on("page", self.watch)
+        self.page = self.ctx.new_page()
+
+    def watch(self, page) -> None:
+        if getattr(page, "_lab_watched", False):
+            return
+        page._lab_watched = True
+
+        def console(msg):
+            if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
+                self.errors.append(f"{page.url}: {msg.text[:300]}")
+
+        page.on("console", console)
+        page.on("pageerror", lambda exc: self.errors.append(f"{page.url}: {exc}"))
+        page.on(
+            "response",
+            lambda r: (
+                r.status >= 400
+                and r.url.startswith(self.base)
+                and not r.url.startswith(tuple(self.base + p for p in MLFLOW_404))
+                and self.failed.append(f"{r.status} {r.url}")
+            ),
+        )
+
+    def shot(self, page, name: str) -> None:
+        page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+    def runs_table(self, page) -> list[str]:
+        """The runs table's column ids in the order shown, once its rows are there."""
+        page.wait_for_selector(".ag-row", timeout=LOADED)
+        page.wait_for_timeout(1000)  # the saved column order applies just after the rows
+        ids = "[...document.querySelectorAll('.ag-header-cell[col-id]')].map(e=>e.getAttribute('col-id'))"
+        return page.evaluate(ids)
+
+    def check_stage_table(self, page, stage: str, how: str) -> None:
+        cols = self.runs_table(page)
+        self.shot(page, f"{stage}_{how}")
+        assert {"tags.`cell`", KEY_COLUMNS[stage]} <= set(cols[:8]), (how, cols)  # among the first, not MLflow's
+        head = page.locator(f".ag-header-cell[col-id='{KEY_COLUMNS[stage]}']").bounding_box()
+        assert head and head["x"] + head["width"] <= 1400, f"{stage}'s headline column is off-screen ({how})"
+        shown = page.locator(f".ag-cell[col-id='{KEY_COLUMNS[stage]}']").all_inner_texts()
+        numbers = [t for t in shown if re.fullmatch(r"[-\d.,e+]+", t.strip())]
+        assert numbers, (stage, shown)
+        for text in numbers:  # 4 significant digits at most, as the report shows them
+            digits = text.split("e")[0].replace(",", "").replace("-", "").replace(".", "").lstrip("0")
+            assert len(digits) <= 4 or "," in text, (stage, text)
+
+    def check_seeds_under_cells(self, page) -> None:
+        names = [n.strip() for n in page.locator(".ag-cell[col-id='attributes.`Run Name`'] a").all_inner_texts()]
+        cell = None
+        for name in names:
+            seed = re.fullmatch(r"(.+) seed \d+", name)
+            if seed:
+                assert seed[1] == cell, f"seed run {name!r} is not under its cell's run (rows: {names})"
+            else:
+                cell = name.removesuffix(" (skipped)")
+        assert any(" seed " in n for n in names), names
+
+    def opens_run(self, click, how: str) -> None:
+        """`click` opens a new tab on a run's page: it shows that run."""
+        with self.ctx.expect_page(timeout=30_000) as new:
+            click()
+        tab = new.value
+        tab.wait_for_load_state()
+        landed = re.search(r"#/experiments/(\w+)/runs/(\w+)", tab.url)
+        assert landed, f"{how}: landed on {tab.url}"
+        run = api(self.base, "runs/get", {"run_id": landed[2]})["run"]
+        tab.get_by_text(run["info"]["run_name"]).first.wait_for(timeout=LOADED)
+        self.shot(tab, f"run_from_{how}")
+        tab.close()
+
+
+def test_a_first_time_user_clicks_through(smoke_dag):
+    from playwright.sync_api import sync_playwright
+
+    from steps.ui import free_port
+
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "steps.ui", "--port", str(port)],
+        cwd=smoke_dag,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = ui.stdout.readline()  # printed once the server answers
+        assert first.startswith("MLflow UI on "), (first, ui.stderr.read()[-3000:] if ui.poll() is not None else "")
+        ui_address = first.split()[3]
+        base = f"http://127.0.0.1:{port}"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+            b = Browse(browser, base)
+            b.watch(b.page)
+            page = b.page
+
+            # the experiment list -> word2vec; a run's page; back by the breadcrumb -> the list -> perf
+            page.goto(ui_address)
+            page.get_by_role("link", name="n00bgpt/word2vec").first.click(timeout=LOADED)
+            b.check_stage_table(page, "word2vec", "list")
+            b.check_seeds_under_cells(page)
+            page.locator(".ag-cell[col-id='attributes.`Run Name`'] a").first.click()
+            page.wait_for_url(re.compile(r".*/runs/\w+.*"), timeout=LOADED)
+            exp_id = re.search(r"#/experiments/(\w+)/", page.url)[1]
+            page.locator(f"a[href$='/experiments/{exp_id}']").first.click(timeout=LOADED)  # the breadcrumb
+            b.check_stage_table(page, "word2vec", "breadcrumb")
+            page.get_by_role("link", name="Experiments", exact=True).first.click()
+            page.get_by_role("link", name="n00bgpt/perf").first.click(timeout=LOADED)
+            b.check_stage_table(page, "perf", "list")
+
+            # the report through the UI: a run link in the headline and in two stage tables
+            page.goto(f"{base}/lab/report/index.html")
+            b.shot(page, "report")
+            for section in ("headline", "word2vec", "perf"):
+                link = page.locator(f"h2#{section} ~ * a[href*='/runs/']").first
+                b.opens_run(link.click, f"report_{section}")
+
+            # the lab run's job table, as MLflow shows the artifact (a sandboxed frame): a run in it
+            exp = api(base, "experiments/get-by-name", {"experiment_name": "n00bgpt/lab"})["experiment"]
+            lab = api(base, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 1})["runs"][0]
+            page.goto(f"{base}/#/experiments/{exp['experiment_id']}/runs/{lab['info']['run_id']}/artifacts/jobs.html")
+            page.wait_for_function("[...frames].some(f=>{try{return f.location.protocol==='blob:'}catch(e){return 0}})")
+            frame = next(f for f in page.frames if f.url.startswith("blob:"))
+            link = frame.locator("a[href*='#/experiments/'][href*='/runs/']").first
+            link.wait_for(timeout=LOADED)
+            b.shot(page, "jobs_artifact")
+            b.opens_run(link.click, "jobs_artifact")
+
+            # the report opened as a file: it says how to open its run links
+            page.goto((smoke_dag / "results/reports/index.html").resolve().as_uri())
+            note = page.locator("#n00bgpt-open")
+            assert note.is_visible() and "python -m steps.ui" in note.inner_text()
+            b.shot(page, "report_as_file")
+            browser.close()
+        assert not b.errors, "console errors on the lab's pages:\n" + "\n".join(b.errors)
+        assert not b.failed, "requests that failed:\n" + "\n".join(b.failed)
+    finally:
+        ui.terminate()
+        try:
+            ui.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            ui.kill()
+            ui.wait()
