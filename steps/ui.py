@@ -4,7 +4,7 @@ A thin launcher around the real `mlflow server` (same as `mlflow ui --backend-st
 sqlite:///results/mlflow.db --host 127.0.0.1`), which also picks a free port when asked and refuses
 a missing database instead of silently creating an empty one.
 
-The server runs the lab's MLflow app (`steps/tracking/mlflow_app.py`): MLflow's own, but a browser
+The server runs the lab's MLflow app (`steps/ui_app.py`): MLflow's own, but a browser
 with no choice stored opens the UI's model-training pages, where an experiment opens on its runs,
 instead of its GenAI pages and an empty traces overview. The address it prints also carries
 `?workflowType=machine_learning`, which the UI honours on any server.
@@ -34,10 +34,10 @@ from pathlib import Path
 from steps import paths
 from steps.tracking import store
 from steps.tracking.describe import UI_PORT, report_url, ui_url
-from steps.tracking.mlflow_app import REPORTS_ENV, STORE_ENV
 from steps.tracking.portable import hide_empty_default
+from steps.ui_app import REPORTS_ENV, STORE_ENV
 
-APP_NAME = "n00bgpt-lab"  # the `mlflow.app` entry point in pyproject.toml: steps/tracking/mlflow_app.py
+APP_NAME = "n00bgpt-lab"  # the `mlflow.app` entry point in pyproject.toml: steps/ui_app.py
 # the server's lines left out unless --verbose: its log records at INFO (uvicorn's "INFO:     ..." too),
 # its notes on defaults the lab chose, and deprecation warnings (a library's, nothing a user can act on)
 CHATTER = re.compile(
@@ -82,7 +82,7 @@ def follow_moved_store(db: Path) -> None:
 def serve_report(db: Path) -> Path:
     """Have the lab's app serve the store's report (`<results>/reports/`); the folder."""
     reports = db.resolve().parent / "reports"
-    os.environ[REPORTS_ENV] = str(reports)  # read by steps/tracking/mlflow_app.py in the server
+    os.environ[REPORTS_ENV] = str(reports)  # read by steps/ui_app.py in the server
     os.environ[STORE_ENV] = f"sqlite:///{db.resolve()}"  # its compare page
     return reports
 

@@ -18,7 +18,7 @@ import mlflow.server
 
 from steps.tracking import store
 from steps.tracking.describe import FRAMED_LINKS, OPEN_MESSAGE
-from steps.tracking.mlflow_app import (
+from steps.ui_app import (
     ASSISTANT_OPENED_KEY,
     BROWSER_DEFAULTS,
     DEFAULT_SCRIPT,
@@ -135,7 +135,7 @@ def test_the_empty_traces_pages_are_not_linked():
     """#49 8: the lab logs no traces; the side bar's "Traces" link (`#/experiments/<id>/traces`) and a run's
     "Traces" tab (its radix id `...-trigger-evaluations`) are hidden by the lab's page. Checked against the
     bundle: an MLflow that names them otherwise fails here."""
-    from steps.tracking.mlflow_app import HIDDEN_STYLE
+    from steps.ui_app import HIDDEN_STYLE
 
     bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
     assert "/traces" in bundle and '"evaluations"' in bundle
@@ -151,7 +151,7 @@ def test_each_experiment_opens_on_its_view_however_reached():
     from types import SimpleNamespace
 
     from steps.tracking import views
-    from steps.tracking.mlflow_app import MLFLOW_DEFAULT_COLUMNS, SEEDED, STATE_KEY, seeded_states
+    from steps.ui_app import MLFLOW_DEFAULT_COLUMNS, SEEDED, STATE_KEY, seeded_states
 
     bundle = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("*.js"))
     assert 'getStoreForComponent("ExperimentPage",' in bundle and '["MLflowLocalStorage",r.version' in bundle
@@ -172,7 +172,7 @@ def test_each_experiment_opens_on_its_view_however_reached():
 
 def test_metric_values_are_rounded_through_the_uis_own_hook():
     """3.17's runs table reads `registry[metricKey].valueFormatter` (module METRIC_REGISTRY, `{}`)."""
-    from steps.tracking.mlflow_app import METRIC_REGISTRY, ROUND_SCRIPT
+    from steps.ui_app import METRIC_REGISTRY, ROUND_SCRIPT
 
     main = "".join(p.read_text(errors="replace") for p in (BUILD / "static/js").glob("main.*.js"))
     assert f'{METRIC_REGISTRY}(e,t,n){{"use strict";n.d(t,{{g:()=>r}});const r={{}}}}' in main

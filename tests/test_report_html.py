@@ -231,7 +231,7 @@ def test_two_lab_runs_side_by_side_from_the_ui(tmp_path):
     `steps.compare --lab A --vs B` for two lab runs, or its one line when there is no run before."""
     from flask import Flask
 
-    from steps.tracking.mlflow_app import add_compare
+    from steps.ui_app import add_compare
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     c = store.client(uri)

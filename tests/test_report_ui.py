@@ -11,7 +11,7 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from steps.tracking.mlflow_app import DEFAULT_SCRIPT
+from steps.ui_app import DEFAULT_SCRIPT
 from tests.conftest import ROOT, clean_env, smoke_cells, snakemake
 
 pytestmark = pytest.mark.slow

@@ -11,6 +11,5 @@ lab.py          the lab run of one `snakemake` invocation
 provenance.py   package versions, git commit
 datasets.py     the job's inputs, logged as MLflow datasets
 describe.py     what the UI shows in words: experiment descriptions, run notes, UI addresses
-mlflow_app.py   the lab's MLflow app (python -m steps.ui)
 outputs.py      finished results that cannot be trusted (no run in the store): moved aside, redone
 """

@@ -11,7 +11,7 @@ MLflow conventions used (mlflow.utils.mlflow_tags):
 MLflow 3.17's UI decides between its GenAI pages (traces overview) and its model-training pages
 (runs table) with one switch per browser ("GenAI | Model training", default GenAI) that the URL
 parameter `workflowType=machine_learning` overrides; `ui_url` adds it to every address the lab prints,
-and the server `python -m steps.ui` starts (steps/tracking/mlflow_app.py) sets that switch for a
+and the server `python -m steps.ui` starts (steps/ui_app.py) sets that switch for a
 browser that has none stored.
 """
 
@@ -121,7 +121,7 @@ def report_run_link(experiment_id: str, run_id: str | None = None, base: str = "
 # in a sandboxed frame (`<iframe sandbox="allow-scripts">` of a `blob:` page) that may open no tab, navigate
 # no top window, and resolves no relative link: FRAMED_LINKS handles that case.
 NEW_TAB = 'target="_blank" rel="noopener"'
-OPEN_MESSAGE = "n00bgpt.open"  # what a framed page posts to MLflow's page (steps/tracking/mlflow_app.py)
+OPEN_MESSAGE = "n00bgpt.open"  # what a framed page posts to MLflow's page (steps/ui_app.py)
 FRAMED_LINKS = (
     "<script>(function(){if(location.protocol!=='blob:')return;"
     # the UI's address: MLflow's page that framed this one (its URL without the #/ route)
