@@ -184,11 +184,11 @@ def test_only_stage_jobs_are_handed_over(argv, handed):
 
 def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:
     """A caller's request, as `delegate` sends it (its own stdin/stdout/stderr passed); returns the
-    connection, on which the forked job's pid then its exit status come back."""
+    connection, on which the forked job's pid comes back, then (after the caller's "go") its exit status."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock)
     request = {"module": "steps.word2vec", "args": ["--cfg", "{}"], "cwd": cwd, "env": env, "umask": 0o22}
-    data = json.dumps({**request, "caller": os.getpid()}).encode()
+    data = json.dumps({**request, "caller": os.getpid(), "executable": sys.executable}).encode()
     socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
     return conn
 
@@ -200,6 +200,7 @@ def test_a_job_that_cannot_start_fails_alone_and_the_server_serves_on(tmp_path, 
     gone = tmp_path / "gone"
     conn = hand_over(server, str(gone), clean_env())
     pid = jobserver._recv(conn)["pid"]
+    jobserver._send(conn, {"go": True})  # the caller waits for it: it may start
     assert jobserver._recv(conn) == {"exit": 1}
     assert jobserver._status_of(server, pid) == {"exit": 1, "from": "server"}
     hand_over(server, str(tmp_path), clean_env()).close()  # the caller is gone before the pid is sent
@@ -271,11 +272,12 @@ def test_a_server_that_does_not_answer_leaves_the_job_to_its_own_process(tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     env = {**clean_env(), jobserver.SOCKET_ENV: str(tmp_path / "stuck.sock"), jobserver.WAIT_ENV: "2"}
-    cmd = job(work, "prepare_corpus")
+    log = tmp_path / "job.log"  # a file, as the rule's log: the unanswered request holds the job's descriptors
     try:
-        own = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+        with open(log, "w") as out:
+            own = subprocess.run(job(work, "prepare_corpus"), cwd=work, env=env, stdout=out, stderr=out, timeout=600)
     finally:
         sock.close()
-    assert own.returncode == 0, own.stderr[-3000:]
-    assert "job server: no answer within 2 s; running this job in its own process" in own.stderr
+    assert own.returncode == 0, log.read_text()[-3000:]
+    assert "job server: no answer within 2 s; running this job in its own process" in log.read_text()
     assert json.loads((work / "results/prepare_corpus/main/metrics.json").read_text())["status"] == "ok"
