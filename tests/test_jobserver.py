@@ -281,3 +281,33 @@ def test_a_server_that_does_not_answer_leaves_the_job_to_its_own_process(tmp_pat
     assert own.returncode == 0, log.read_text()[-3000:]
     assert "job server: no answer within 2 s; running this job in its own process" in log.read_text()
     assert json.loads((work / "results/prepare_corpus/main/metrics.json").read_text())["status"] == "ok"
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_stops_a_forked_job_and_fg_resumes_it(tmp_path):
+    """A terminal's Ctrl-Z (SIGTSTP to snakemake's group) stops the forked job with its caller, and
+    `fg` (SIGCONT to the group) resumes both (before: the job, in a group of its own, ran on)."""
+    sock, server = start_server(tmp_path, process_group=0)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        caller, child = started_long_job(work, sock, tmp_path / "job.log", process_group=server.pid)
+        os.killpg(server.pid, signal.SIGTSTP)
+        t0 = time.time()
+        while state(child) != "T":
+            assert time.time() - t0 < 10, f"the forked job is {state(child)} 10 s after Ctrl-Z"
+            time.sleep(0.1)
+        assert state(caller.pid) == "T"
+        os.killpg(server.pid, signal.SIGCONT)
+        t0 = time.time()
+        while state(child) == "T":
+            assert time.time() - t0 < 10, "the forked job is still stopped 10 s after SIGCONT"
+            time.sleep(0.1)
+        caller.terminate()
+        assert caller.wait(60) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
