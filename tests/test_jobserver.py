@@ -184,11 +184,11 @@ def test_only_stage_jobs_are_handed_over(argv, handed):
 
 def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:
     """A caller's request, as `delegate` sends it (its own stdin/stdout/stderr passed); returns the
-    connection, on which the forked job's pid then its exit status come back."""
+    connection, on which the forked job's pid comes back, then (after the caller's "go") its exit status."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock)
     request = {"module": "steps.word2vec", "args": ["--cfg", "{}"], "cwd": cwd, "env": env, "umask": 0o22}
-    data = json.dumps({**request, "caller": os.getpid()}).encode()
+    data = json.dumps({**request, "caller": os.getpid(), "executable": sys.executable}).encode()
     socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
     return conn
 
@@ -200,6 +200,7 @@ def test_a_job_that_cannot_start_fails_alone_and_the_server_serves_on(tmp_path, 
     gone = tmp_path / "gone"
     conn = hand_over(server, str(gone), clean_env())
     pid = jobserver._recv(conn)["pid"]
+    jobserver._send(conn, {"go": True})  # the caller waits for it: it may start
     assert jobserver._recv(conn) == {"exit": 1}
     assert jobserver._status_of(server, pid) == {"exit": 1, "from": "server"}
     hand_over(server, str(tmp_path), clean_env()).close()  # the caller is gone before the pid is sent
@@ -271,11 +272,42 @@ def test_a_server_that_does_not_answer_leaves_the_job_to_its_own_process(tmp_pat
     work = tmp_path / "work"
     work.mkdir()
     env = {**clean_env(), jobserver.SOCKET_ENV: str(tmp_path / "stuck.sock"), jobserver.WAIT_ENV: "2"}
-    cmd = job(work, "prepare_corpus")
+    log = tmp_path / "job.log"  # a file, as the rule's log: the unanswered request holds the job's descriptors
     try:
-        own = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=240)
+        with open(log, "w") as out:
+            own = subprocess.run(job(work, "prepare_corpus"), cwd=work, env=env, stdout=out, stderr=out, timeout=600)
     finally:
         sock.close()
-    assert own.returncode == 0, own.stderr[-3000:]
-    assert "job server: no answer within 2 s; running this job in its own process" in own.stderr
+    assert own.returncode == 0, log.read_text()[-3000:]
+    assert "job server: no answer within 2 s; running this job in its own process" in log.read_text()
     assert json.loads((work / "results/prepare_corpus/main/metrics.json").read_text())["status"] == "ok"
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_stops_a_forked_job_and_fg_resumes_it(tmp_path):
+    """A terminal's Ctrl-Z (SIGTSTP to snakemake's group) stops the forked job with its caller, and
+    `fg` (SIGCONT to the group) resumes both (before: the job, in a group of its own, ran on)."""
+    sock, server = start_server(tmp_path, process_group=0)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        caller, child = started_long_job(work, sock, tmp_path / "job.log", process_group=server.pid)
+        os.killpg(server.pid, signal.SIGTSTP)
+        t0 = time.time()
+        while state(child) != "T":
+            assert time.time() - t0 < 10, f"the forked job is {state(child)} 10 s after Ctrl-Z"
+            time.sleep(0.1)
+        assert state(caller.pid) == "T"
+        os.killpg(server.pid, signal.SIGCONT)
+        t0 = time.time()
+        while state(child) == "T":
+            assert time.time() - t0 < 10, "the forked job is still stopped 10 s after SIGCONT"
+            time.sleep(0.1)
+        caller.terminate()
+        assert caller.wait(60) != 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)

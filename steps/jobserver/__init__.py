@@ -206,8 +206,18 @@ def delegate() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
+    def pause(signum, frame):  # Ctrl-Z: the forked job, in a group of its own, stops and goes on with this one
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT (`fg`, `bg`)
+        signal.signal(signal.SIGTSTP, pause)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGCONT)
+
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    signal.signal(signal.SIGTSTP, pause)
     conn.settimeout(None)  # the job takes as long as it takes
     with contextlib.suppress(OSError):
         _send(conn, {"go": True})  # this process waits for it now: it may start (it ends if this one is gone)

@@ -13,6 +13,8 @@ import sys
 import tempfile
 import traceback
 
+import numpy
+
 from steps.jobserver import FORWARDED, PRELOAD, _recv, _send, blocking, run_as_main, threads_of
 
 
@@ -63,6 +65,7 @@ def _become(conn: socket.socket, listener: socket.socket, request: dict, fds: li
     os.environ.clear()
     os.environ.update(request["env"])
     tempfile.tempdir = None  # recomputed from this job's TMPDIR when first asked
+    numpy.random.seed()  # fresh entropy, as a new process's (Python's `random` reseeds itself at fork)
     os.umask(request["umask"])
     os.chdir(request["cwd"])
     sys.argv = [request["module"], *request["args"]]
