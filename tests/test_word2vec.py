@@ -240,13 +240,21 @@ def cluster_gap(words, vectors):
 
 
 @pytest.mark.parametrize(
-    "optimizer,arch", [("sgd", "skipgram"), ("sgd", "cbow"), ("sparseadam", "skipgram"), ("adagrad", "skipgram")]
+    "optimizer,arch",
+    [
+        ("sgd", "skipgram"),
+        ("sgd", "cbow"),
+        ("momentum", "skipgram"),
+        ("sparseadam", "skipgram"),
+        ("adam", "skipgram"),
+        ("adagrad", "skipgram"),
+    ],
 )
 def test_toy_clusters_loss_decreases(optimizer, arch):
     sents = toy_corpus()
     v = Vocab.build(sents, 1)
     ids, sid = v.encode(sents)
-    lr = {"sgd": 0.05, "sparseadam": 0.01, "adagrad": 0.1}[optimizer]
+    lr = {"sgd": 0.05, "momentum": 0.005, "sparseadam": 0.01, "adam": 0.01, "adagrad": 0.1}[optimizer]
     cfg = TrainConfig(
         arch=arch,
         dim=16,
@@ -690,3 +698,46 @@ def test_runs_show_only_the_params_their_backend_reads():
     assert {"lr", "window", "negative", "seeds", "threads"} <= set(shown["gensim"])
     assert not {"lr", "dim", "epochs", "optimizer"} & set(shown["minilm"]) and shown["minilm"]["pretrained"]
     assert set(cell_config(cfg, "word2vec", "sgd")["params"]) - set(shown["sgd"]) == {"pretrained"}
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "sparseadam"])
+def test_each_optimizer_cell_applies_its_written_update_rule(optimizer):
+    """Two steps of the trainer's optimizer against the rule docs/word2vec.md writes out, computed by hand
+    from the same gradients: momentum v = μv + g, w -= lr·v (rows that left the batch keep moving);
+    dense Adam moves every row (zero gradients still decay its moments); sparse Adam only the batch's."""
+    from steps.word2vec.train import MOMENTUM, make_optimizer
+
+    lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
+    cfg = TrainConfig(dim=4, optimizer=optimizer, fused=False, lr=lr)
+    model = SGNS(10, 4, sparse=optimizer != "adam")
+    with torch.no_grad():
+        model.out.normal_(0, 0.1)
+    opt = make_optimizer(model, cfg)
+    w = {n: p.detach().clone().double() for n, p in model.named_parameters()}
+    state = {n: (torch.zeros_like(x), torch.zeros_like(x)) for n, x in w.items()}
+    touched = {n: torch.zeros(10, dtype=torch.bool) for n in w}
+    batches = [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])]  # the second batch leaves rows 1, 2
+    for step, ctx in enumerate(batches, 1):
+        opt.zero_grad()
+        model(ctx, ctx > 0, targets_of(torch.tensor([5 + step]), torch.tensor([[[8]]])), False).backward()
+        opt.step()
+        for n, p in model.named_parameters():
+            g = p.grad.to_dense().double()
+            rows = g.abs().sum(1) > 0
+            touched[n] |= rows
+            m, v = state[n]
+            if optimizer == "momentum":
+                m.mul_(MOMENTUM).add_(g)  # torch's first step: v = g
+                w[n] -= lr * m
+            elif optimizer == "adam":
+                m.mul_(b1).add_((1 - b1) * g)
+                v.mul_(b2).add_((1 - b2) * g * g)
+                w[n] -= lr * (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + eps)
+            else:  # sparse Adam: the moments of the batch's rows only
+                m[rows] = b1 * m[rows] + (1 - b1) * g[rows]
+                v[rows] = b2 * v[rows] + (1 - b2) * g[rows] ** 2
+                # torch's SparseAdam puts ε outside the bias correction: lr·√(1-β2^t)/(1-β1^t) · m/(√v + ε)
+                w[n][rows] -= lr * (1 - b2**step) ** 0.5 / (1 - b1**step) * m[rows] / (v[rows].sqrt() + eps)
+            assert torch.allclose(p.detach().double(), w[n], atol=1e-6), (optimizer, n, step)
+    moved = (model.inp.detach()[[1, 2]] != SGNS(10, 4).inp[[1, 2]]).any()  # rows 1, 2 were in batch 1 only
+    assert moved

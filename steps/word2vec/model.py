@@ -23,23 +23,25 @@ class SGNS(nn.Module):
     Initialised like gensim 4 (`prep_vectors`): inp ~ U(-1/d, 1/d), out = 0 (word2vec.c draws
     inp from half that range; matching the baseline moved our analogy score 0.4 points closer
     to gensim's on the plays). Both lookups are sparse, so a step touches only the rows in the
-    batch (and SparseAdam / sparse Adagrad can be used)."""
+    batch (and SparseAdam / sparse Adagrad can be used); `sparse=False` gives dense gradients
+    (every row, zeros included: what dense Adam needs)."""
 
-    def __init__(self, vocab_size: int, dim: int):
+    def __init__(self, vocab_size: int, dim: int, sparse: bool = True):
         super().__init__()
         if vocab_size < 1 or dim < 1:
             raise ValueError(f"vocab_size and dim must be >= 1, got {vocab_size}, {dim}")
         self.inp = nn.Parameter(torch.empty(vocab_size, dim).uniform_(-1.0 / dim, 1.0 / dim))
         self.out = nn.Parameter(torch.zeros(vocab_size, dim))
+        self.sparse = sparse
 
     def forward(self, contexts, mask, targets, cbow: bool = False):
         """Summed loss -log σ(h·v_center) - Σ_k log σ(-h·v_k) over the valid pairs of the batch
         (the sum, not the mean, keeps SGD's learning rate per pair, as in word2vec)."""
-        h = F.embedding(contexts, self.inp, sparse=True)
+        h = F.embedding(contexts, self.inp, sparse=self.sparse)
         share = None
         if cbow:
             h, share = pool(h, mask)
-        v = F.embedding(targets, self.out, sparse=True)
+        v = F.embedding(targets, self.out, sparse=self.sparse)
         return sgns_loss(scores(h, v), pair_weights(mask, targets, share))
 
 

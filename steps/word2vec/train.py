@@ -24,8 +24,10 @@ from steps.word2vec.sgd import NegativePool, make_sgd_step
 from steps.word2vec.vocab import Vocab
 from steps.word2vec.windows import plan_epoch
 
-Optimizer = Literal["sgd", "sparseadam", "adagrad"]
+Optimizer = Literal["sgd", "momentum", "sparseadam", "adam", "adagrad"]
 OPTIMIZERS = get_args(Optimizer)
+MOMENTUM = 0.9  # the `momentum` cell's μ (torch.optim.SGD's heavy ball: v = μv + g, w -= lr·v)
+DENSE = ("adam",)  # optimizers that need dense gradients (every row, every step)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,11 +89,22 @@ class TrainConfig(TrainOptions):
 
 
 def make_optimizer(model: SGNS, cfg: TrainConfig):
+    """The update rules side by side (docs/word2vec.md "Optimizers"), g the batch's gradient:
+    sgd        w -= lr·g                          (the rows in the batch)
+    momentum   v = μv + g; w -= lr·v              (v of every row the run has touched: it keeps moving
+                                                   rows that left the batch; torch's buffer is sparse)
+    adagrad    s += g²; w -= lr·g/(√s + ε)        (the rows in the batch)
+    sparseadam m, v moments of the rows in the batch only (lazy Adam; bias-corrected per step)
+    adam       m, v moments of every row, every step (dense gradients: zeros decay the moments)"""
     params = list(model.parameters())
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr)
+    if cfg.optimizer == "momentum":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=MOMENTUM)
     if cfg.optimizer == "sparseadam":
         return torch.optim.SparseAdam(params, lr=cfg.lr)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr)
     return torch.optim.Adagrad(params, lr=cfg.lr)
 
 
@@ -131,7 +144,7 @@ class Trainer:
         self.cfg, self.device = cfg, torch.device(device)
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
-        self.model = SGNS(len(vocab), cfg.dim).to(self.device)
+        self.model = SGNS(len(vocab), cfg.dim, sparse=cfg.optimizer not in DENSE).to(self.device)
         self.keep = vocab.keep_prob(cfg.sample)
         self.negatives = NegativePool(vocab.negative_table(cfg.table_size), self.rng, self.device)
         self.cbow = cfg.arch == "cbow"
