@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -29,9 +30,12 @@ LOADED = 120_000  # ms: a page of MLflow's UI on a loaded 2-core host
 
 
 def api(base: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(
-        f"{base}/api/2.0/mlflow/{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
+    """MLflow's REST API: its `get` calls take GET with the query string, the others POST JSON."""
+    url = f"{base}/api/2.0/mlflow/{path}"
+    if path.endswith(("/get", "/get-by-name")):
+        req = urllib.request.Request(f"{url}?{urllib.parse.urlencode(body)}")
+    else:
+        req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(req, timeout=30) as r:
         return json.loads(r.read())
