@@ -171,7 +171,11 @@ def test_a_first_time_user_clicks_through(smoke_dag):
             exp = api(base, "experiments/get-by-name", {"experiment_name": "n00bgpt/lab"})["experiment"]
             lab = api(base, "runs/search", {"experiment_ids": [exp["experiment_id"]], "max_results": 1})["runs"][0]
             page.goto(f"{base}/#/experiments/{exp['experiment_id']}/runs/{lab['info']['run_id']}/artifacts/jobs.html")
-            page.wait_for_function("[...frames].some(f=>{try{return f.location.protocol==='blob:'}catch(e){return 0}})")
+            page.wait_for_function(  # window.frames is array-like, not iterable
+                "Array.from({length: frames.length}, (_, i) => frames[i])"
+                ".some(f=>{try{return f.location.protocol==='blob:'}catch(e){return 0}})",
+                timeout=LOADED,
+            )
             frame = next(f for f in page.frames if f.url.startswith("blob:"))
             link = frame.locator("a[href*='#/experiments/'][href*='/runs/']").first
             link.wait_for(timeout=LOADED)

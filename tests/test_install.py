@@ -128,7 +128,7 @@ def _pip_install_lines(text: str) -> list[str]:
     return [
         line
         for line in text.splitlines()
-        if re.search(r"\bpip install\b.*-e \.", line) and not line.lstrip().startswith("#")
+        if re.search(r"\bpip install\b.*-e '?\.", line) and not line.lstrip().startswith("#")
     ]
 
 

@@ -62,6 +62,10 @@ def test_the_gaps_are_the_known_ones():
         ("jax_jit", "fsdp_ep"),
         ("jax_shard_map", "pp"),
         ("jax_shard_map", "fsdp_ep"),
+        # PP combined runs on torch's native pipelining only (native/pp_mesh.py)
+        *((b, s) for b in ("torch_scratch", "jax_jit", "jax_shard_map") for s in ("pp_dp", "pp_tp", "pp_fsdp")),
+        # ZeRO-1/2 are the from-scratch lesson (scratch/zero1.py, zero2.py); natively, FSDP2 is ZeRO-3
+        *((b, s) for b in ("torch_native", "jax_jit", "jax_shard_map") for s in ("zero1", "zero2")),
     }
     with pytest.raises(PlanError, match="use backend torch_native or jax_jit or jax_shard_map"):
         engines.entry("torch_scratch", "fsdp_tp")

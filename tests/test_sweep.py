@@ -191,7 +191,7 @@ def test_report_section_formats_intervals_and_plots_on_a_log_axis(tmp_path):
     plots.mkdir()
     md, html, figs = report_sweep.sweep_section([sweep], records, pd.DataFrame(), tmp_path, plots, "")
     assert md.startswith("## sweep\n") and "### mcq_finetune.lr" in md
-    assert "| 1e-05 | sweep_lr_1e-05 | ok | 0.4 [0.3, 0.5] (2 seeds) |" in md
+    assert "| 1e-05 | sweep_lr_1e-05 |  | ok | 0.4 [0.3, 0.5] (2 seeds) |" in md
     assert md.index("sweep_lr_1e-05") < md.index("sweep_lr_0.001")
     assert html.startswith("<h2 id='sweep'>") and len(figs) == 1 and figs[0].exists()
     numbers = pd.read_csv(tmp_path / "sweep.csv")

@@ -96,7 +96,7 @@ THREAD_VARS = frozenset(
 )
 # Jobs that must start a process of their own: they measure it (the perf stage reads its peak RSS,
 # which inherited pages would count) or re-execute themselves (perf sets glibc's MALLOC_MMAP_THRESHOLD_).
-OWN_PROCESS = frozenset({"steps.perf"})
+OWN_PROCESS = frozenset({"perf"})  # stage names: a module name here would enter every stage's code hash
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A server that accepts but does not answer (stopped, stuck) within this gets no job: it runs here. The
 # forked job starts only on the caller's word that it waits for it, so a late fork runs nothing twice.
@@ -156,7 +156,8 @@ def _stage_module(argv: list[str]) -> str | None:
     if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("steps."):
         return None
     module = argv[2]
-    if module in OWN_PROCESS or module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")):
+    own = module.removeprefix("steps.") in OWN_PROCESS
+    if own or module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")):
         return None
     if "--cfg" not in argv[3:]:
         return None  # the run cache, the lab run, the server itself, a --help: not a stage job

@@ -224,7 +224,7 @@ def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
 def main(argv=None) -> None:
     """One node's launcher, `python -m steps.sharding.launch --plan JSON --out DIR` (nodes.py): node 0
     prints the cell's metrics as one JSON line; a failure exits 1 with LaunchError's message."""
-    from steps.sharding.plan import plan_from_argv
+    from steps.sharding.plan_cli import plan_from_argv
 
     plan, out = plan_from_argv(argv)
     try:

@@ -8,17 +8,13 @@ Plan's own are for plans written in code, the tests'): the stage builds it from 
 rank from the JSON the launcher gives it (to_dict). Both backends read the cell's Plan; torch
 applies it imperatively (torchtitan style: native/parallelize.py, scratch/), JAX hands it to the
 compiler as shardings (jax/). Which engine runs a (backend, strategy) is engines.py's table.
-Nothing here imports torch or jax at import time: the Snakemake job that launches a cell and the
-JAX process read the plan too.
+Nothing here imports torch or jax at import time (the launching job and the JAX process read it too).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Literal, get_args
 
 from steps.config.typed import typed
@@ -46,34 +42,8 @@ STRATEGY_AXES = {
     "zero1": ("dp",),  # ZeRO-1: DP replicas, the optimizer state sharded over dp (scratch/zero1.py)
     "zero2": ("dp",),  # ZeRO-2: the gradients too (scratch/zero2.py); ZeRO-3 is fsdp
 }
-Strategy = Literal[
-    "single",
-    "dp",
-    "fsdp",
-    "tp",
-    "pp",
-    "dp_tp",
-    "fsdp_tp",
-    "dp_fsdp_tp",
-    "ep",
-    "fsdp_ep",
-    "pp_dp",
-    "pp_tp",
-    "pp_fsdp",
-    "zero1",
-    "zero2",
-]
-PRETTY = {
-    "dp_tp": "dp×tp",
-    "fsdp_tp": "fsdp×tp",
-    "dp_fsdp_tp": "dp×fsdp×tp",
-    "fsdp_ep": "fsdp×ep",
-    "pp_dp": "pp×dp",
-    "pp_tp": "pp×tp",
-    "pp_fsdp": "pp×fsdp",
-    "zero1": "ZeRO-1",
-    "zero2": "ZeRO-2",
-}
+Strategy = Literal[tuple(STRATEGY_AXES)]  # the names above (get_args(Strategy) lists them)
+PRETTY = {s: s.replace("_", "×") for s in STRATEGY_AXES if "_" in s} | {"zero1": "ZeRO-1", "zero2": "ZeRO-2"}
 Backend = Literal["torch_scratch", "torch_native", "jax_jit", "jax_shard_map", "jax_lessons"]
 BACKENDS = get_args(Backend)
 
@@ -271,12 +241,3 @@ class Plan(MeshPlan):
             return 0.0
         s, m = self.axis("pp"), self.microbatches
         return (s - 1) / (m + s - 1)
-
-
-def plan_from_argv(argv=None):
-    """`--plan JSON --out DIR`: the command line launch.py gives every process it starts."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--plan", required=True, help="the cell's Plan as JSON")
-    ap.add_argument("--out", required=True, help="folder for rank<r>.json")
-    args = ap.parse_args(argv)
-    return Plan.from_params(json.loads(args.plan)), Path(args.out)

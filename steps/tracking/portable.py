@@ -79,6 +79,15 @@ def rewrite(con: sqlite3.Connection, old: str, new: str) -> int:
         )
         changed += cur.rowcount + cur2.rowcount
         changed += _move_prefix(con, "experiments", "artifact_location", f"{old_work}/mlruns", f"{new_work}/mlruns")
+        for table, column in TEXTS:  # the workdir itself named in a text: a dataset's source `{"uri": "<workdir>"}`
+            if column not in _columns(con, table):
+                continue
+            for a, b in ((f'"{old_work}"', f'"{new_work}"'), (old_work + "/", new_work + "/")):
+                cur = con.execute(
+                    f'UPDATE "{table}" SET "{column}" = replace("{column}", ?, ?) WHERE instr("{column}", ?) > 0',
+                    (a, b, a),
+                )
+                changed += cur.rowcount
     return changed
 
 

@@ -13,7 +13,7 @@ import jax
 
 from steps import lifeline
 from steps.sharding import engines
-from steps.sharding.plan import plan_from_argv
+from steps.sharding.plan_cli import plan_from_argv
 
 
 def main() -> None:
