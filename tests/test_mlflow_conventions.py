@@ -141,6 +141,17 @@ def test_corpus_datasets_with_digests(server, dag):
     assert inputs_of(server, record(dag, "prepare_corpus", "main")["run_id"]) == {}  # no DAG input
 
 
+def test_an_empty_optional_input_is_no_dataset(tmp_path, monkeypatch):
+    """gpt_train's `base` input is `[]` unless a cell fine-tunes (init_from): it reaches the job as "",
+    which Path() reads as the working directory; it names no dataset (CI caught `{"uri": "<workdir>"}`)."""
+    from steps.tracking.datasets import dataset_inputs, is_dataset_input
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    assert not is_dataset_input("") and not is_dataset_input(" ")
+    assert [d.dataset.name for d in dataset_inputs({"base": "", "data": str(tmp_path / "data.csv")})] == ["data.csv"]
+
+
 def test_tokenizer_and_mcq_splits_as_datasets(server, dag, tmp_path):
     """A job given the DAG's tokenizer and MCQ folders as inputs logs one dataset per MCQ split and
     the tokenizer as one; a changed byte changes a digest."""

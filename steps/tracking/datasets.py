@@ -87,8 +87,9 @@ def parts(name: str, path: Path) -> list[tuple[str, str, Path, dict | None, dict
 
 
 def is_dataset_input(path: str) -> bool:
-    """Other jobs' records (metrics.json) are dependencies, not data."""
-    return Path(path).name != "metrics.json" and Path(path).exists()
+    """Other jobs' records (metrics.json) are dependencies, not data; an input a rule left empty (an
+    optional input: `[]` reaches the job as "") names no file (Path("") is the working directory)."""
+    return bool(str(path).strip()) and Path(path).name != "metrics.json" and Path(path).exists()
 
 
 def dataset_inputs(inputs: dict[str, str]) -> list:
