@@ -136,14 +136,6 @@ def write_samples(ctx, s: Samples, model, tok, device) -> None:
     ctx.log_text("\n".join(lines), "samples.md")
 
 
-def lora_defaults() -> dict:
-    """gpt_train.lora's defaults, from its schema (a cell's partial `lora` dict is not filled in)."""
-    from steps.config import load_schema
-
-    props = load_schema()["properties"]["gpt_train"]["properties"]["lora"]["properties"]
-    return {k: v["default"] for k, v in props.items() if "default" in v}
-
-
 def start_from(ctx: StageRun, p: GptTrainConfig, model) -> dict:
     """Fine-tuning: load the init_from cell's checkpoint into `model`, then put LoRA on it (p.lora).
     Returns the parameter counts the cell reports."""
@@ -160,7 +152,7 @@ def start_from(ctx: StageRun, p: GptTrainConfig, model) -> dict:
             ) from None
     total = sum(q.numel() for q in model.parameters())
     if p.lora:
-        lora = {**lora_defaults(), **p.lora}  # a cell's `lora: {r: 4}` keeps the schema's other defaults
+        lora = p.lora  # a cell's `lora: {r: 4}` is filled with the schema's other defaults (steps.config)
         try:
             apply_lora(model, lora["r"], lora["alpha"], lora["targets"], lora["dropout"])
         except ValueError as exc:

@@ -19,29 +19,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import tempfile
 from multiprocessing import forkserver
 
-from steps.jobserver import run_as_main
+from steps.jobserver import RUN_TIME, run_as_main  # the variables a forked call may differ in
 
 PRELOAD = ["torch", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "pandas", "datasets", "transformers"]
-# read when a run starts or a request is sent (steps/tracking/mlflow_run.py, MLflow's system metrics
-# monitor and rest_utils), by argparse's help (COLUMNS), or by nothing a stage runs (pytest's)
-RUN_TIME = frozenset(
-    {
-        "PYTEST_CURRENT_TEST",
-        "N00BGPT_LAB_RUN",
-        "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL",
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",  # these three: steps.tracking.store.http_defaults
-        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-        "MLFLOW_HTTP_REQUEST_TIMEOUT",
-        "_MLFLOW_TELEMETRY_SESSION_ID",  # set and unset as MLflow's telemetry client comes and goes
-        "DISABLE_MLFLOW_INTEGRATION",  # steps/mcq/train.py; transformers reads it as a Trainer starts
-        # set by threadpoolctl (and sklearn) when imported, read by Intel's OpenMP runtime only as a
-        # second copy of it loads: the preloaded libraries have loaded theirs, either way
-        "KMP_DUPLICATE_LIB_OK",
-        "COLUMNS",
-    }
-)
 
 
 def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: dict) -> None:
@@ -49,6 +32,7 @@ def stage_main(module: str, args: list[str], cwd: str, out: str, err: str, env: 
     and stderr to `out`/`err`."""
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # TMPDIR is in RUN_TIME: recomputed from the call's when first asked
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)

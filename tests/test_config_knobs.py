@@ -237,3 +237,17 @@ def test_every_cell_builds_its_section_dataclass(name):
                 assert StepOptions.from_params(built) == StepOptions.from_params(params), (stage, cell)
             else:
                 assert kept(params, dataclasses.asdict(built)), (stage, cell)
+
+
+def test_a_cell_s_partial_nested_object_gets_the_schema_defaults():
+    """`gpt_train.cells.ft.lora: {r: 4}` (the stage's lora is null): the job sees the schema's alpha,
+    dropout and targets beside r, as a stage-level `lora` would; a stage-level object's keys stay under
+    the cell's (deep merge) and a cell without the key keeps the stage's."""
+    cells_ = {"ft": {"lora": {"r": 4}}, "full": {}}
+    cfg = load_config(CONFIG_DIR / "default.yaml", overrides={"gpt_train": {"cells": cells_}})
+    lora = cell_config(cfg, "gpt_train", "ft")["params"]["lora"]
+    assert lora["r"] == 4 and lora["alpha"] == 16 and lora["dropout"] == 0.0 and "c_fc" in lora["targets"]
+    assert cell_config(cfg, "gpt_train", "full")["params"]["lora"] is None
+    stage = {"lora": {"r": 2, "alpha": 8}, "cells": {"ft": {"lora": {"r": 4}}}}
+    cfg = load_config(CONFIG_DIR / "default.yaml", overrides={"gpt_train": stage})
+    assert cell_config(cfg, "gpt_train", "ft")["params"]["lora"]["alpha"] == 8

@@ -136,7 +136,10 @@ def validate_config(config: dict, where: str = "merged config", command_line: di
         cell_schema = {**sub, "properties": plain, "required": []}
         for cell, over in section["cells"].items():
             merged = deep_merge({k: v for k, v in section.items() if k not in MATRIX_KEYS}, over or {})
-            _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=False)
+            _validate(merged, cell_schema, f"{where}, {stage}.cells.{cell}", fill=True)
+            # a cell's own keys as resolved: a partial nested object (`lora: {r: 4}` where the stage's
+            # `lora` is null) gets the schema's defaults for the keys it leaves out
+            section["cells"][cell] = {k: merged[k] for k in over or {}}
     check_cell_names(cfg)
     return cfg
 

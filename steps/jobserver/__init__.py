@@ -54,18 +54,22 @@ PRELOAD = (
     "steps.core.job",
     "steps.core.stage",
 )
-# Read when a run starts or a request is sent, never when a library is imported: a job may differ
-# from the server in these and still fork (tests/forked_stage.py keeps the same list for the tests).
+# Read when a run starts or a request is sent (steps/tracking/mlflow_run.py, MLflow's system metrics
+# monitor and rest_utils), by argparse's help (COLUMNS), by the shell, or by nothing a stage runs
+# (pytest's), never when a library is imported: a job may differ from the server in these and still
+# fork (tests/forked_stage.py, the tests' fork server, uses the same set).
 RUN_TIME = frozenset(
     {
         "PYTEST_CURRENT_TEST",
         "N00BGPT_LAB_RUN",
         "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL",
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",  # these three: steps.tracking.store.http_defaults
         "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
         "MLFLOW_HTTP_REQUEST_TIMEOUT",
-        "_MLFLOW_TELEMETRY_SESSION_ID",
-        "DISABLE_MLFLOW_INTEGRATION",
+        "_MLFLOW_TELEMETRY_SESSION_ID",  # set and unset as MLflow's telemetry client comes and goes
+        "DISABLE_MLFLOW_INTEGRATION",  # steps/mcq/train.py; transformers reads it as a Trainer starts
+        # set by threadpoolctl (and sklearn) when imported, read by Intel's OpenMP runtime only as a
+        # second copy of it loads: the preloaded libraries have loaded theirs, either way
         "KMP_DUPLICATE_LIB_OK",
         "COLUMNS",
         "OLDPWD",
@@ -127,12 +131,20 @@ def _send(conn: socket.socket, obj: dict) -> None:
     conn.sendall(struct.pack("!I", len(data)) + data)
 
 
-def _recv(conn: socket.socket) -> dict | None:
-    head = _recv_exact(conn, 4)
-    if head is None:
+def _recv(conn: socket.socket, head: bytes = b"") -> dict | None:
+    """One framed message (a 4-byte length, then that much JSON); `head`: its first bytes, if read."""
+    rest = _recv_exact(conn, 4 - len(head))
+    if rest is None:
         return None
+    head += rest
     body = _recv_exact(conn, struct.unpack("!I", head)[0])
     return None if body is None else json.loads(body)
+
+
+def recv_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    """A caller's request and the file descriptors sent with its first bytes (`delegate`'s send_fds)."""
+    first, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
+    return (_recv(conn, first) if first else None), fds
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:

@@ -4,18 +4,16 @@ is for): imports PRELOAD, listens on SOCKET, forks one process per job that conn
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import traceback
 
 import numpy
 
-from steps.jobserver import FORWARDED, PRELOAD, _recv, _send, blocking, run_as_main, threads_of
+from steps.jobserver import FORWARDED, PRELOAD, _recv, _send, blocking, recv_request, run_as_main, threads_of
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
@@ -150,16 +148,12 @@ def serve(path: str) -> None:
                 continue
             conn.settimeout(None)
             try:
-                msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 3)
-                head = msg[:4]
-                body = msg[4:]
-                while len(body) < struct.unpack("!I", head)[0]:
-                    more = conn.recv(1 << 22)
-                    if not more:
-                        break
-                    body += more
-                request = json.loads(body)
-            except (OSError, ValueError, struct.error):
+                request, fds = recv_request(conn)
+            except (OSError, ValueError):
+                request, fds = None, []
+            if request is None:  # the caller hung up or sent no request
+                for fd in fds:
+                    os.close(fd)
                 conn.close()
                 continue
             if "status_of" in request:  # {"status_of": pid}: answered now, or once that job is reaped
