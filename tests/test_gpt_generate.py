@@ -192,6 +192,29 @@ def test_chat_samples_by_default_seeded_and_greedy_on_request(monkeypatch, capsy
     assert "(default: 0.8)" in help_text and "(default: 200)" in help_text and "--greedy" in help_text
 
 
+def test_chat_gives_several_completions_and_stops_on_time(monkeypatch, capsys):
+    """--num-return-sequences N prints N numbered completions (samples drawn together, or the N best
+    beams, the first being --beams' own answer); --max-time stops after the token in flight; greedy with
+    N > 1 is one clear usage line, as HF generate refuses it."""
+    import steps.chat as chat
+
+    monkeypatch.setattr(chat, "load", lambda checkpoint, device="cpu": (Chatty(), Words()))
+
+    def said(*args: str) -> list[str]:
+        chat.main(["--prompt", "w0", "--max-new-tokens", "12", *args])
+        return capsys.readouterr().out.strip().splitlines()
+
+    samples = said("--num-return-sequences", "3")
+    assert [s[:4] for s in samples] == ["[1] ", "[2] ", "[3] "] and len({s[4:] for s in samples}) == 3
+    beams = said("--beams", "4", "--num-return-sequences", "2")
+    assert len(beams) == 2 and beams[0][4:] == said("--beams", "4")[0]
+    assert said("--max-time", "1e-9") == [said("--max-new-tokens", "1")[0]]  # one token, then the clock
+    for bad in (["--greedy", "--num-return-sequences", "2"], ["--beams", "2", "--num-return-sequences", "3"]):
+        with pytest.raises(SystemExit):
+            said(*bad)
+        assert "--num-return-sequences" in capsys.readouterr().err
+
+
 # ---- HF generate's controls: num_return_sequences and max_time, equal to HF where HF defines the result ----
 @pytest.fixture(scope="module")
 def hf_and_ours():
