@@ -9,6 +9,7 @@ import platform
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from steps.campaign.record import slug
@@ -106,3 +107,25 @@ def test_a_run_older_than_the_machine_tags():
     here, note = machine_of({"host": platform.node()})
     assert here == machine() and "probed when this record was written" in note
     assert machine_of({"host": "elsewhere"}) == ({}, "not recorded by the run (host elsewhere)")
+
+
+def test_a_record_holds_the_tables_its_cells_logged(tmp_path):
+    """A stage's logged tables (gpt_parity's planted bugs, a perf memory table) go into the record under
+    the stage's table, cell first; one too long to read is named with its files, not copied."""
+    from steps.record.write import MAX_ROWS, cell_tables
+
+    bugs = tmp_path / "gpt_parity" / "tiny"
+    bugs.mkdir(parents=True)
+    pd.DataFrame({"bug": ["no_causal_mask"], "first flagged": ["h.0.attn"], "error": [0.4375]}).to_csv(
+        bugs / "bugs.csv", index=False
+    )
+    (tmp_path / "gpt_parity" / "odd").mkdir()  # a cell that plants no bug logs no table
+    lines = cell_tables(tmp_path, "gpt_parity", ["odd", "tiny"])
+    assert lines[0] == "### gpt_parity: bugs"
+    assert table_row("\n".join(lines), "tiny") == ["tiny", "no_causal_mask", "h.0.attn", "0.4375"]
+    timeline = tmp_path / "perf" / "timeline"
+    timeline.mkdir(parents=True)
+    pd.DataFrame({"t": range(MAX_ROWS + 1)}).to_csv(timeline / "memory_timeline.csv", index=False)
+    lines = cell_tables(tmp_path, "perf", ["timeline"])
+    assert lines[:2] == ["### perf: memory_timeline", ""]
+    assert lines[2].startswith(f"{MAX_ROWS + 1} rows, not copied here: `results/perf/timeline/memory_timeline.csv`")

@@ -25,4 +25,5 @@ SHOWN = Presentation(
     },
     columns_for=columns_for,
     headline=("worst fp64 gradient error vs HF (GPT-2, Llama, Mixtral)", "fp64 worst grad err", "max"),
+    tables=["bugs"],  # cells with `bugs`: each planted bug, the first point flagged and its error, per dtype
 )

@@ -29,7 +29,7 @@ from steps.compare import CompareError, open_store
 from steps.config import RUN_CACHE_KEYS, config_hash
 from steps.core.cli import parser as cli_parser
 from steps.core.stage import presentation
-from steps.report.gather import headline_row
+from steps.report.gather import headline_row, logged_tables
 from steps.report.render import with_seed_intervals
 from steps.tables import to_markdown
 from steps.tracking.provenance import CPU_FLAGS, machine
@@ -38,6 +38,7 @@ RUN_IT = (
     "run the DAG to its end in the folder that holds results/ (`snakemake --cores 2`, with the "
     "--configfile/--config the run used), then give that folder"
 )
+MAX_ROWS = 60  # a logged table longer than this (a memory timeline) is named, not copied into the record
 
 
 class RecordError(Exception):
@@ -199,7 +200,24 @@ def render(results: Path) -> tuple[str, str]:
     ]
     for stage, table in tables.items():
         lines += [f"## {stage}", "", to_markdown(table)]
+        lines += cell_tables(results, stage, list(table["cell"]))
     return record_name(facts), "\n".join(lines)
+
+
+def cell_tables(results: Path, stage: str, cells: list[str]) -> list[str]:
+    """The tables the stage's cells logged (its presentation's `tables`: <results>/<stage>/<cell>/<name>.csv,
+    stacked with a `cell` column), each under its own heading; one too long to read is named instead."""
+    folders = {cell: results / stage / cell for cell in cells}
+    lines = []
+    for name, df in logged_tables(folders, presentation(stage).tables).items():
+        df = df[["cell", *[c for c in df.columns if c != "cell"]]]
+        lines += [f"### {stage}: {name}", ""]
+        if len(df) > MAX_ROWS:
+            where = ", ".join(f"`results/{stage}/{c}/{name}.csv`" for c in df["cell"].unique())
+            lines += [f"{len(df)} rows, not copied here: {where} in the run's folder", ""]
+        else:
+            lines.append(to_markdown(df))
+    return lines
 
 
 def write_record(folder: Path, out: Path) -> Path:
