@@ -134,6 +134,31 @@ def test_the_job_ends_with_its_caller(tmp_path, server):
         (folder / "failed.json").unlink()
 
 
+def test_the_venv_s_python_and_python3_are_one_interpreter(tmp_path):
+    """Snakemake's entry script runs the venv's `python3` (so does the job server it starts), a rule's
+    command the venv's `python`: two names of one file, which fork (before: compared as strings, every job
+    of a `snakemake` DAG ran in its own process, paying its imports)."""
+    names = [p for p in (Path(sys.prefix) / "bin").glob("python*") if p.name != "python3-config"][:2]
+    assert len(names) == 2 and names[0].resolve() == names[1].resolve(), names
+    sock = tmp_path / "jobs.sock"
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - the server's, for as long as it runs
+    proc = subprocess.Popen(
+        [str(names[0]), "-m", "steps.jobserver", str(sock)], env=clean_env(), stdout=log, stderr=log
+    )
+    try:
+        t0 = time.time()
+        while not sock.exists():
+            assert proc.poll() is None and time.time() - t0 < 180, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+        work = tmp_path / "work"
+        work.mkdir()
+        forked = run(work, [str(names[1]), *job(work, "prepare_corpus")[1:]], str(sock))
+        assert forked.returncode == 0 and FORKED in forked.stderr, forked.stderr[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def test_a_job_the_server_cannot_give_its_environment_runs_on_its_own(tmp_path, server):
     work = tmp_path / "work"
     work.mkdir()
@@ -188,7 +213,8 @@ def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock)
     request = {"module": "steps.word2vec", "args": ["--cfg", "{}"], "cwd": cwd, "env": env, "umask": 0o22}
-    data = json.dumps({**request, "caller": os.getpid(), "executable": sys.executable}).encode()
+    ids = {"caller": os.getpid(), "executable": sys.executable, "interpreter": jobserver.interpreter()}
+    data = json.dumps({**request, **ids}).encode()
     socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])
     return conn
 

@@ -141,6 +141,13 @@ def _recv(conn: socket.socket, head: bytes = b"") -> dict | None:
     return None if body is None else json.loads(body)
 
 
+def interpreter() -> list[str]:
+    """What makes two processes the same Python: the binary (links resolved: a venv's `python` and
+    `python3` are one file) and its prefix (the venv: another venv of the same binary has other
+    packages) and version. Snakemake's entry script runs `python3`, a rule's command `python`."""
+    return [os.path.realpath(sys.executable), sys.prefix, sys.version]
+
+
 def recv_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
     """A caller's request and the file descriptors sent with its first bytes (`delegate`'s send_fds)."""
     first, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
@@ -198,6 +205,7 @@ def delegate() -> None:
             "umask": umask,
             "caller": os.getpid(),
             "executable": sys.executable,
+            "interpreter": interpreter(),
         }
         data = json.dumps(request).encode()
         socket.send_fds(conn, [struct.pack("!I", len(data)) + data], [0, 1, 2])

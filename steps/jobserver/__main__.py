@@ -13,7 +13,17 @@ import traceback
 
 import numpy
 
-from steps.jobserver import FORWARDED, PRELOAD, _recv, _send, blocking, recv_request, run_as_main, threads_of
+from steps.jobserver import (
+    FORWARDED,
+    PRELOAD,
+    _recv,
+    _send,
+    blocking,
+    interpreter,
+    recv_request,
+    run_as_main,
+    threads_of,
+)
 
 
 def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
@@ -165,7 +175,7 @@ def serve(path: str) -> None:
                 continue
             why = blocking(request["env"], started_env)
             why = why and f"its environment differs from the server's in {', '.join(why[:5])}"
-            if request.get("executable") != sys.executable:  # `python` on the job's PATH: another interpreter
+            if request.get("interpreter") != interpreter():  # `python` on the job's PATH: another interpreter
                 why = f"its interpreter {request.get('executable')} is not the server's {sys.executable}"
             if why or len(fds) != 3:
                 _answer(conn, {"why": why or "its stdin, stdout and stderr did not come with it"})
