@@ -33,7 +33,7 @@ from pathlib import Path
 
 from steps import paths
 from steps.tracking import store
-from steps.tracking.describe import UI_PORT, report_url, ui_url
+from steps.tracking.describe import COMPARE_PATH, UI_PORT, report_url, ui_url
 from steps.tracking.portable import hide_empty_default
 from steps.ui_app import REPORTS_ENV, STORE_ENV
 
@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     ready = [f"MLflow UI on {ui_url(base)}  (Ctrl-C to stop)"]
     if app and (reports / "index.html").exists():
         ready.append(f"the lab's report on {report_url(base)}")
+    if app:
+        ready.append(f"two lab runs side by side on {base}/{COMPARE_PATH}")
     sys.exit(serve(server_command(args.db, port, app=app, verbose=args.verbose), base, ready, args.verbose))
 
 

@@ -6,8 +6,9 @@ empty traces overview, not on its runs (3.17's UI no longer reads the experiment
 `mlflow.experimentKind` tag). This app is MLflow's server app, registered as the `mlflow.app` plugin
 `n00bgpt-lab` (pyproject.toml) and started by `python -m steps.ui` as
 `mlflow server --app-name n00bgpt-lab`; the one change: the UI's page sets the switch to
-"Model training" when the browser has no choice stored yet, and keeps MLflow's Assistant panel (an LLM
-chat the lab has no provider for) from opening itself on the first visit. A choice the user makes stays theirs.
+"Model training" and hides it (the lab logs no traces: GenAI mode shows only empty pages, and a choice of
+it would stick to the browser), and keeps MLflow's Assistant panel (an LLM chat the lab has no provider
+for) from opening itself on the first visit (a choice the user makes there stays theirs).
 And a link clicked in one of the lab's HTML artifacts (jobs.html, the report), which MLflow shows in a
 sandboxed frame that may open no tab, opens in a new tab: the page asks this one to open it
 (describe.FRAMED_LINKS), and this one opens it when it is a page of this same server.
@@ -31,19 +32,23 @@ from pathlib import Path
 from flask import Flask, Response, send_from_directory
 
 from steps.tracking.describe import OPEN_MESSAGE, REPORT_PATH
+from steps.ui_compare import add_compare
 
 REPORTS_ENV = "N00BGPT_REPORTS"  # the folder of the lab's report (python -m steps.ui sets it)
 STORE_ENV = "N00BGPT_STORE"  # the store's tracking URI, for the compare page (python -m steps.ui sets it)
-COMPARE_PATH = "lab/compare"  # two lab runs side by side: <base>/lab/compare?a=<lab run>&b=<lab run|previous>
 WORKFLOW_KEY = "mlflow.workflowType_v1"  # the UI's useLocalStorage key ("<key>_v<version>")
 # MLflow 3.17's Assistant (a chat panel for an LLM provider the lab has none of) opens itself on a browser's
 # first visit to a local server unless this key says it already has
 ASSISTANT_OPENED_KEY = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
 # the UI's choices a new browser starts with (JSON values, as the UI stores them); a choice the user makes stays
-BROWSER_DEFAULTS = {WORKFLOW_KEY: '"machine_learning"', ASSISTANT_OPENED_KEY: "true"}
+BROWSER_DEFAULTS = {ASSISTANT_OPENED_KEY: "true"}
+# and the one it always has: "Model training", as the GenAI switch is hidden (HIDDEN_STYLE), so a browser that
+# stored "genai" (a visit to a plain `mlflow ui` on the same address) is not stuck on empty traces pages
+BROWSER_FORCED = {WORKFLOW_KEY: '"machine_learning"'}
 DEFAULT_SCRIPT = (
-    "<script>try{var d=%s;for(var k in d)if(localStorage.getItem(k)===null)localStorage.setItem(k,d[k])}"
-    "catch(e){}</script>" % json.dumps(BROWSER_DEFAULTS)
+    "<script>try{var d=%s,f=%s,k;for(k in d)if(localStorage.getItem(k)===null)localStorage.setItem(k,d[k]);"
+    "for(k in f)localStorage.setItem(k,f[k])}catch(e){}</script>"
+    % (json.dumps(BROWSER_DEFAULTS), json.dumps(BROWSER_FORCED))
 )
 # A run link clicked in an HTML artifact's sandboxed frame (describe.FRAMED_LINKS posts its address): opened
 # in a new tab by this page (the click's activation reaches it) when it is an address of this server and the
@@ -58,10 +63,13 @@ OPEN_LINKS_SCRIPT = (
     "e.source.postMessage({type:%(done)r},'*')})</script>" % {"msg": OPEN_MESSAGE, "done": OPEN_MESSAGE + ".opened"}
 )
 # The lab logs no traces (GenAI request traces): the links to MLflow's traces pages (an experiment's
-# "Traces" in the side bar, a run's "Traces" tab), each an empty page, are hidden.
+# "Traces" in the side bar, a run's "Traces" tab), each an empty page, are hidden, and so is the side bar's
+# "GenAI | Model training" switch (two `role=button` divs side by side, its only such pair; its GenAI side
+# shows every experiment as its empty traces pages).
 HIDDEN_STYLE = (
     '<style>a[href$="/traces"],a[href*="/traces?"],'
-    '[role=tab][id$="-trigger-evaluations"]{display:none!important}</style>'
+    '[role=tab][id$="-trigger-evaluations"],'
+    "aside div:has(>div[role=button]+div[role=button]){display:none!important}</style>"
 )
 PAGE_SCRIPTS = DEFAULT_SCRIPT + OPEN_LINKS_SCRIPT + HIDDEN_STYLE
 STATE_KEY = "MLflowLocalStorage-1.1-ExperimentPage-{ids}-ReactComponentState"  # {ids}: JSON of [experiment id]
@@ -156,39 +164,6 @@ def add_report(app: Flask, folder: str | None) -> Flask:
 
     app.add_url_rule(f"/{REPORT_PATH}", "lab_report_index", report)
     app.add_url_rule(f"/{REPORT_PATH}<path:name>", "lab_report", report)
-    return app
-
-
-def compare_page(uri: str, a: str | None, b: str | None) -> str:
-    """`python -m steps.compare --lab A --vs B` as a page: what changed between two lab runs (A default
-    the latest, B default the one before A), or the one line that says why not."""
-    import html
-
-    from steps.compare import CompareError, compare
-
-    try:
-        text = compare(uri=uri, lab=a or None, vs=b or "previous", fmt="table", width=200, ui="../")
-    except CompareError as exc:
-        text = str(exc)
-    title = f"lab run {a or 'latest'} vs {b or 'previous'}"
-    return (
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        "<p>Two lab runs side by side (<code>python -m steps.compare --lab A --vs B</code>); choose them with "
-        "<code>?a=RUN&amp;b=RUN|previous</code> (ids or their first characters). "
-        f"<a href='../#/experiments?workflowType=machine_learning'>MLflow UI</a></p><pre>{html.escape(text)}</pre>"
-    )
-
-
-def add_compare(app: Flask, uri: str | None) -> Flask:
-    """Serve compare_page at `<base>/lab/compare` (COMPARE_PATH)."""
-    if not uri:
-        return app
-    from flask import request
-
-    def page() -> Response:
-        return Response(compare_page(uri, request.args.get("a"), request.args.get("b")), mimetype="text/html")
-
-    app.add_url_rule(f"/{COMPARE_PATH}", "lab_compare", page)
     return app
 
 

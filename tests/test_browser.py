@@ -1,9 +1,12 @@
 """The lab's pages in a real browser (Playwright driving Debian's Chromium) on the smoke store, clicked
-as a first-time user would: the experiment list into word2vec and perf (each opens on its key columns,
-values rounded, seeds under their cell), a run's page and back by the breadcrumb, the report served
-by `python -m steps.ui` and a run link in its headline and in two stage tables, the lab run's
-jobs.html artifact and a run in it, and the report opened as a file. Any console error of the lab's
-pages fails it; the screenshots are kept in tests/artifacts/browser/ (CI keeps them)."""
+as a first-time user would: the experiment list (MLflow's GenAI switch hidden) into word2vec and perf
+(each opens on its key columns, values rounded, seeds under their cell), a run's page and back by the
+breadcrumb; the report served by `python -m steps.ui` and a run link in its headline and in two stage
+tables; its link to the page that compares two lab runs, picked there; the lab run's jobs.html artifact
+in MLflow's sandboxed frame and a run in it; and the report opened as a file, whose note says to open
+it through `python -m steps.ui` and whose run links open that UI at its default address (this test's
+UI answers there). Each run link must land on its run's page. Any console error of the lab's pages
+(file:// ones too) fails it; the screenshots are kept in tests/artifacts/browser/ (CI keeps them)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from steps.tracking.describe import LOCAL_UI, ui_url
 from tests.conftest import ROOT, clean_env
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
@@ -105,13 +109,56 @@ class Browse:
                 cell = name.removesuffix(" (skipped)")
         assert any(" seed " in n for n in names), names
 
-    def opens_run(self, click, how: str) -> None:
-        """`click` opens a new tab on a run's page: it shows that run."""
+    def compares_lab_runs(self, page) -> None:
+        """The report's (served by steps.ui) link to the picker; its Compare button shows the two lab
+        runs' compare, the newest against the one before (the smoke store has one: the line that says so)."""
+        with self.ctx.expect_page(timeout=30_000) as new:
+            page.get_by_role("link", name="two lab runs side by side").click()
+        picker = new.value
+        picker.wait_for_load_state()
+        runs = picker.locator("select[name=a] option").evaluate_all("os => os.map(o => o.value)")
+        lab = api(self.base, "experiments/get-by-name", {"experiment_name": "n00bgpt/lab"})["experiment"]
+        ids = api(self.base, "runs/search", {"experiment_ids": [lab["experiment_id"]]})["runs"]
+        assert runs == [r["info"]["run_id"] for r in ids], runs  # every lab run, newest first (the API's order)
+        assert picker.locator("select[name=a]").input_value() == runs[0]
+        assert picker.locator("select[name=b]").input_value() == "previous"
+        self.shot(picker, "compare_picker")
+        picker.get_by_role("button", name="Compare").click()
+        picker.wait_for_url(re.compile(r".*/lab/compare\?a=\w+&b=previous$"))
+        shown = picker.locator("pre").inner_text()
+        if len(runs) > 1:
+            assert shown.startswith(f"lab run {runs[0][:8]} (") and f" vs {runs[1][:8]} (" in shown, shown
+        else:
+            assert shown.startswith(f"no lab run before {runs[0][:8]} ("), shown
+        self.shot(picker, "compare")
+        picker.close()
+
+    def report_as_file(self, report: Path, ui_address: str) -> None:
+        """index.html opened as a file: its note (visible) says to open it through `python -m steps.ui`, and
+        a run link opens that UI at its default address (served here by this test's UI), not a directory."""
+        base = ui_address.split("/#/")[0]
+        self.ctx.route(
+            f"{LOCAL_UI}/**",
+            lambda route: route.fulfill(response=route.fetch(url=base + route.request.url.removeprefix(LOCAL_UI))),
+        )
+        page = self.ctx.new_page()
+        page.goto(report.as_uri())
+        note = page.locator("#n00bgpt-open")
+        assert note.is_visible() and "python -m steps.ui" in note.inner_text(), note.inner_text()
+        assert LOCAL_UI in note.inner_text(), note.inner_text()  # where its links go, opened as a file
+        self.shot(page, "report_as_file")
+        link = page.locator("h2#headline ~ * a[href*='/runs/']").first
+        assert link.get_attribute("href").startswith(f"{LOCAL_UI}/#/experiments/"), link.get_attribute("href")
+        self.opens_run(link.click, "report_as_file", base=LOCAL_UI)
+        page.close()
+
+    def opens_run(self, click, how: str, base: str = "") -> None:
+        """`click` opens a new tab on a run's page (under `base`, default the test's UI): it shows that run."""
         with self.ctx.expect_page(timeout=30_000) as new:
             click()
         tab = new.value
         tab.wait_for_load_state()
-        landed = re.search(r"#/experiments/(\w+)/runs/(\w+)", tab.url)
+        landed = re.match(re.escape(base or self.base) + r"/#/experiments/(\w+)/runs/(\w+)", tab.url)
         assert landed, f"{how}: landed on {tab.url}"
         run = api(self.base, "runs/get", {"run_id": landed[2]})["run"]
         tab.get_by_text(run["info"]["run_name"]).first.wait_for(timeout=LOADED)
@@ -148,6 +195,11 @@ def test_a_first_time_user_clicks_through(smoke_dag):
 
             # the experiment list -> word2vec; a run's page; back by the breadcrumb -> the list -> perf
             page.goto(ui_address)
+            page.get_by_role("link", name="n00bgpt/word2vec").first.wait_for(timeout=LOADED)
+            b.shot(page, "experiments")
+            # the GenAI switch (its side shows every experiment as empty traces pages) is hidden
+            assert page.get_by_text("Model training", exact=True).count() == 1, "MLflow's switch moved"
+            assert not page.get_by_text("Model training", exact=True).is_visible(), "the GenAI switch is shown"
             page.get_by_role("link", name="n00bgpt/word2vec").first.click(timeout=LOADED)
             b.check_stage_table(page, "word2vec", "list")
             b.check_seeds_under_cells(page)
@@ -167,8 +219,20 @@ def test_a_first_time_user_clicks_through(smoke_dag):
                 link = page.locator(f"h2#{section} ~ * a[href*='/runs/']").first
                 b.opens_run(link.click, f"report_{section}")
 
-            # not yet here (#49): the lab run's jobs.html artifact inside MLflow's sandboxed frame (checked by
-            # hand: scripts/mlflow_artifact_links.mjs) and index.html opened as a file
+            # two lab runs side by side: the report's link to the picker, its Compare button
+            b.compares_lab_runs(page)
+
+            # the lab run's jobs.html artifact, in MLflow's sandboxed frame: a run in it opens
+            lab = api(base, "experiments/get-by-name", {"experiment_name": "n00bgpt/lab"})["experiment"]
+            [run] = api(base, "runs/search", {"experiment_ids": [lab["experiment_id"]], "max_results": 1})["runs"]
+            page.goto(ui_url(base, lab["experiment_id"], run["info"]["run_id"], "jobs.html"))
+            link = page.frame_locator("iframe[sandbox]").locator("a[href*='/runs/']").first
+            link.wait_for(timeout=LOADED)
+            b.shot(page, "jobs_html")
+            b.opens_run(link.click, "jobs_html")
+
+            # the report opened as a file (double-clicked): it says how to open it, its run links open the UI
+            b.report_as_file(smoke_dag / "results" / "reports" / "index.html", ui_address)
             browser.close()
         assert not b.errors, "console errors on the lab's pages:\n" + "\n".join(b.errors)
         assert not b.failed, "requests that failed:\n" + "\n".join(b.failed)

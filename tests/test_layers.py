@@ -33,7 +33,8 @@ TRACKING_ALLOWED = {
     "steps.report.render",
     "steps.report.sweep",  # ... a sweep's table links its runs and its saved view
     "steps.ui",  # python -m steps.ui: the lab's MLflow app
-    "steps.ui_app",  # ... the app the MLflow server runs for it (mlflow.app entry point), with its compare page
+    "steps.ui_app",  # ... the app the MLflow server runs for it (mlflow.app entry point)
+    "steps.ui_compare",  # ... and its compare page (the lab runs' links: steps.tracking.describe)
     "steps.compare",  # python -m steps.compare: runs of a store side by side (run links: steps.tracking.describe)
     "steps.compare.read",  # ... which reads the store
     "steps.compare.sweep",  # ... and a sweep's runs (run links: steps.tracking.describe)

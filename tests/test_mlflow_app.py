@@ -1,6 +1,6 @@
-"""The lab's MLflow app: a browser with no choice stored opens MLflow's UI on its model-training
-pages. Checked against the installed MLflow's own UI build (its page and its bundle), so an MLflow
-whose UI keeps the switch elsewhere fails here. A headless-Chromium check of the same is in
+"""The lab's MLflow app: a browser opens MLflow's UI on its model-training pages, whatever it stored.
+Checked against the installed MLflow's own UI build (its page and its bundle), so an MLflow whose UI
+keeps the switch elsewhere fails here. tests/test_browser.py checks it in Chromium, and so does
 docs/tracking.md (a fresh profile lands on an experiment's runs table)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from steps.tracking.describe import FRAMED_LINKS, OPEN_MESSAGE
 from steps.ui_app import (
     ASSISTANT_OPENED_KEY,
     BROWSER_DEFAULTS,
+    BROWSER_FORCED,
     DEFAULT_SCRIPT,
     OPEN_LINKS_SCRIPT,
     PAGE_SCRIPTS,
@@ -41,7 +42,7 @@ def test_key_is_the_one_mlflows_ui_reads():
     found = re.search(r'key:"(mlflow\.workflowType)",version:(\d+)', bundle)
     assert found, "MLflow's UI no longer keeps the GenAI/Model-training switch where this app sets it"
     assert f"{found[1]}_v{found[2]}" == WORKFLOW_KEY
-    assert 'MACHINE_LEARNING="machine_learning"' in bundle and BROWSER_DEFAULTS[WORKFLOW_KEY] == '"machine_learning"'
+    assert 'MACHINE_LEARNING="machine_learning"' in bundle and BROWSER_FORCED[WORKFLOW_KEY] == '"machine_learning"'
 
 
 def test_the_assistant_does_not_open_itself():
@@ -54,13 +55,17 @@ def test_the_assistant_does_not_open_itself():
     assert f"{found[1]}_v{found[2]}" == ASSISTANT_OPENED_KEY and BROWSER_DEFAULTS[ASSISTANT_OPENED_KEY] == "true"
 
 
-def test_page_sets_the_default_first_and_only_when_unset():
+def test_page_sets_the_defaults_first():
+    """Model training always (#49 8: its switch is hidden, a stored "genai" would stick), the Assistant's
+    flag only where the browser has none."""
     page = (BUILD / "index.html").read_bytes()
     served = with_model_training_default(page).decode()
     assert served.replace(page_scripts(), "") == page.decode() and page_scripts().startswith(PAGE_SCRIPTS)
     assert served.index(DEFAULT_SCRIPT) < served.index("static/js/main.")
-    assert "if(localStorage.getItem(k)===null)" in DEFAULT_SCRIPT  # a user's own choice stays
-    assert all(f'"{key}": ' in DEFAULT_SCRIPT for key in (WORKFLOW_KEY, ASSISTANT_OPENED_KEY))
+    assert "for(k in d)if(localStorage.getItem(k)===null)" in DEFAULT_SCRIPT  # a user's own choice stays
+    assert "for(k in f)localStorage.setItem(k,f[k])" in DEFAULT_SCRIPT
+    assert f'"{ASSISTANT_OPENED_KEY}": ' in DEFAULT_SCRIPT and ASSISTANT_OPENED_KEY in BROWSER_DEFAULTS
+    assert f'"{WORKFLOW_KEY}": ' in DEFAULT_SCRIPT and WORKFLOW_KEY in BROWSER_FORCED
 
 
 def test_app_serves_the_page_with_the_default():
@@ -142,6 +147,12 @@ def test_the_empty_traces_pages_are_not_linked():
     assert (
         HIDDEN_STYLE in PAGE_SCRIPTS and 'a[href$="/traces"]' in HIDDEN_STYLE and "-trigger-evaluations" in HIDDEN_STYLE
     )
+    # the side bar's GenAI switch: two role=button divs (tests/test_browser.py checks it is not shown)
+    switch = re.search(
+        r'componentId:"mlflow\.sidebar\.workflow_switch".{0,3000}?defaultMessage:"Model training"', bundle
+    )
+    assert switch and switch[0].count('role:"button"') == 2, "MLflow's GenAI switch is no longer two role=button divs"
+    assert "aside div:has(>div[role=button]+div[role=button])" in HIDDEN_STYLE
 
 
 def test_each_experiment_opens_on_its_view_however_reached():

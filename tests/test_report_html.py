@@ -141,7 +141,8 @@ def test_every_run_link_in_the_html_artifacts_opens_a_new_tab():
     report = index_html("n00bGPT lab", "", TABLE, sections, {})
     hrefs = [a["href"] for a in leaving_links(report)]
     assert hrefs[0] == "../../#/experiments?workflowType=machine_learning"  # the UI's experiment list
-    assert len(hrefs) == 5 and all(h.startswith("../../#/experiments/3") for h in hrefs[1:])  # runs + "All runs"
+    assert hrefs[1] == "../../lab/compare"  # two lab runs side by side (steps/ui_compare.py)
+    assert len(hrefs) == 6 and all(h.startswith("../../#/experiments/3") for h in hrefs[2:])  # runs + "All runs"
     assert FRAMED_LINKS in report and report.index(FRAMED_LINKS) > report.rindex("</table>")  # after the links
 
 
@@ -244,3 +245,26 @@ def test_two_lab_runs_side_by_side_from_the_ui(tmp_path):
     app = add_compare(Flask("ui"), uri)
     page = app.test_client().get("/" + link).get_data(as_text=True)
     assert "no lab run before" in page and run.info.run_id[:8] in page
+
+
+def test_two_lab_runs_are_picked_not_typed(tmp_path):
+    """#49 11: lab/compare with no arguments lists the lab runs, newest first, in two selects (the newest
+    against the one before it chosen) and a Compare button; the report, steps.ui and each lab run's
+    description link it."""
+    from flask import Flask
+
+    from steps.ui_app import add_compare
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = store.client(uri)
+    exp = store.experiment_id(c, "lab", uri)
+    old, new = (c.create_run(exp, run_name=n, start_time=t).info.run_id for n, t in (("lab a", 1000), ("lab b", 2000)))
+    page = add_compare(Flask("ui"), uri).test_client().get("/lab/compare").get_data(as_text=True)
+    form = page[page.index("<form") : page.index("</form>")]
+    picks = re.findall(r"<select name='(\w)'>(.*?)</select>", form)
+    assert [name for name, _ in picks] == ["a", "b"] and "<button type='submit'>Compare</button>" in form
+    assert re.findall(r"value='(\w+)'", picks[0][1]) == [new, old]
+    assert re.findall(r"value='(\w+)'", picks[1][1]) == ["previous", new, old]
+    assert f"value='{new}' selected" in picks[0][1] and "value='previous' selected" in picks[1][1]
+    assert page.index(new[:8]) < page.index(old[:8], page.index("</form>"))  # the list, newest first
+    assert "](lab/compare)" in lab.description("`snakemake` in `/w`", "FINISHED", [], exp, new)

@@ -11,7 +11,18 @@ import pandas as pd
 from steps.report.gather import SEEDS
 from steps.report.header import lines as header_lines
 from steps.tables import fmt, to_markdown
-from steps.tracking.describe import FRAMED_LINKS, FRAMED_NOTE, LOCAL_UI, NEW_TAB, REPORT_PATH, report_run_link, ui_url
+from steps.tracking.describe import (
+    COMPARE_PATH,
+    FRAMED_LINKS,
+    FRAMED_NOTE,
+    LOCAL_UI,
+    NEW_TAB,
+    REPORT_PATH,
+    report_run_link,
+    ui_url,
+)
+
+UP = "../" * REPORT_PATH.count("/")  # from the report, as steps.ui serves it, up to the UI's address
 
 CSS = (
     "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
@@ -170,8 +181,8 @@ def links_hint(ui: str) -> str:
 
 def open_note(ui: str) -> str:
     """index.html's first line: where its run links open, shown until the page is one where they do
-    (served by steps.ui, or MLflow's artifact view); opened as a file, its relative run links point at
-    steps.ui's default address instead of a directory listing."""
+    (served by steps.ui, or MLflow's artifact view); opened as a file, its links relative to the UI (runs,
+    experiments, the compare page) point at steps.ui's default address instead of a directory listing."""
     if ui:
         text = f"Run links open the MLflow UI at <code>{html.escape(ui)}</code>: serve the store there with"
         text += " <code>python -m steps.ui</code>."
@@ -188,17 +199,21 @@ def open_note(ui: str) -> str:
         "n.insertAdjacentHTML('beforeend',' Opened as a file, as now, its run links point at <code>'+%(ui)r+"
         "'</code>, the UI\\'s address when it runs with its default port.');"
         "document.addEventListener('DOMContentLoaded',function(){document.querySelectorAll('a[href]').forEach("
-        "function(a){var h=a.getAttribute('href'),i=h.indexOf('#/');"
-        "if(i>0&&!/^[a-z][a-z0-9+.-]*:/i.test(h))a.setAttribute('href',%(ui)r+'/'+h.slice(i))})})})();</script>"
-    ) % {"rel": "false" if ui else "true", "path": "/" + REPORT_PATH, "ui": LOCAL_UI}
+        "function(a){var h=a.getAttribute('href');"
+        "if(h.indexOf(%(up)r)===0)a.setAttribute('href',%(ui)r+'/'+h.slice(%(n)d))})})})();</script>"
+    ) % {"rel": "false" if ui else "true", "path": "/" + REPORT_PATH, "ui": LOCAL_UI, "up": UP, "n": len(UP)}
     return f"<p class='note' id='n00bgpt-open'>{text}</p>{script}"
 
 
 def ui_links(ui: str) -> str:
-    """The report's way back into the MLflow UI: its experiment list, and the lab runs (each run's
-    description links this report)."""
-    base = ui or "../" * REPORT_PATH.count("/")
-    return f'<p>In the MLflow UI: <a href="{html.escape(ui_url(base))}" {NEW_TAB}>every experiment</a></p>'
+    """The report's way back into the MLflow UI: its experiment list, and the page that compares two lab
+    runs (steps/ui_compare.py; each lab run's description links this report)."""
+    base = ui or UP
+    compare = f"{base.rstrip('/')}/{COMPARE_PATH}" if ui else base + COMPARE_PATH
+    return (
+        f'<p>In the MLflow UI: <a href="{html.escape(ui_url(base))}" {NEW_TAB}>every experiment</a> · '
+        f'<a href="{html.escape(compare)}" {NEW_TAB}>two lab runs side by side</a></p>'
+    )
 
 
 def index_html(title: str, ui: str, head: pd.DataFrame, sections: list[str], facts: dict | None = None) -> str:

@@ -106,6 +106,9 @@ LOCAL_UI = f"http://127.0.0.1:{UI_PORT}"
 # Where `python -m steps.ui` serves results/reports/ (the report's HTML and plots), under the UI's base:
 # the report's run links are relative to it, so they open on whatever host, port or prefix serves both.
 REPORT_PATH = "lab/report/"
+# Where `python -m steps.ui` serves two lab runs side by side (steps/ui_compare.py): with no arguments, a
+# page to pick them; `?a=<lab run>&b=<lab run|previous>` (ids or their first characters) compares them.
+COMPARE_PATH = "lab/compare"
 
 
 def report_run_link(experiment_id: str, run_id: str | None = None, base: str = "") -> str:
@@ -128,9 +131,11 @@ FRAMED_LINKS = (
     "var r=new URL(document.referrer||new URL(location.href).origin+'/'),ui=r.origin+r.pathname,t,"
     "note=document.getElementById('n00bgpt-framed');"
     # every link to a UI page (`#/experiments/...`, relative to the UI or the report) made absolute, so
-    # Ctrl-click, middle-click and "Open link in new tab" work on any MLflow server
+    # Ctrl-click, middle-click and "Open link in new tab" work on any MLflow server; and the report's other
+    # links up to the UI's address (`../../lab/compare`: steps.ui's pages beside the UI)
     "document.querySelectorAll('a[href]').forEach(function(a){var h=a.getAttribute('href'),i=h.indexOf('#/');"
-    "if(i>0&&!/^[a-z][a-z0-9+.-]*:/i.test(h))a.setAttribute('href',ui+h.slice(i))});"
+    "if(i>0&&!/^[a-z][a-z0-9+.-]*:/i.test(h))a.setAttribute('href',ui+h.slice(i));"
+    "else if(h.indexOf('%(up)s')===0)a.setAttribute('href',ui+h.slice(%(n)d))});"
     "addEventListener('message',function(e){if(e.data&&e.data.type==='%(msg)s.opened')clearTimeout(t)});"
     "document.addEventListener('click',function(e){var a=e.target.closest&&e.target.closest('a[href]');if(!a)return;"
     "var h=a.getAttribute('href');"
@@ -141,7 +146,7 @@ FRAMED_LINKS = (
     # a plain click: MLflow's page opens it when the lab's app serves it (steps.ui), else say how
     "e.preventDefault();parent.postMessage({type:'%(msg)s',url:a.href},'*');clearTimeout(t);"
     "t=setTimeout(function(){if(note)note.style.display='block'},600)})})();</script>"
-) % {"msg": OPEN_MESSAGE}
+) % {"msg": OPEN_MESSAGE, "up": "../" * REPORT_PATH.count("/"), "n": 3 * REPORT_PATH.count("/")}
 FRAMED_NOTE = (
     "<p id='n00bgpt-framed' style='display:none;position:sticky;top:0;background:#ffd;padding:4px 8px'>"
     "MLflow shows this page in a sandboxed frame, which cannot open a link on a plain click: Ctrl-click "

@@ -28,7 +28,7 @@ from steps import paths
 from steps.commandline import parser as cli_parser
 from steps.config import cells
 from steps.tracking import store, views
-from steps.tracking.describe import LAB_DESCRIPTION, NOTE, REPORT_PATH, ui_url
+from steps.tracking.describe import COMPARE_PATH, LAB_DESCRIPTION, NOTE, REPORT_PATH, ui_url
 from steps.tracking.jobs import (
     Job,
     classify,
@@ -205,7 +205,8 @@ def description(head: str, status: str, rows: list[Job], exp: str, run_id: str, 
     text = f"{head}: {status.lower()} ({summary(rows)}).\n\nEvery job, with its run and reason: {links}."
     text += f"\n\nThe lab's report, its tables and plots: [{REPORT_PATH}index.html]({REPORT_PATH}index.html)"
     text += " (served beside this UI by `python -m steps.ui`), and what changed since the lab run before: "
-    text += f"[lab/compare?a={run_id[:8]}](lab/compare?a={run_id[:8]}&b=previous)."
+    text += f"[{COMPARE_PATH}?a={run_id[:8]}]({COMPARE_PATH}?a={run_id[:8]}&b=previous), or any two lab runs: "
+    text += f"[{COMPARE_PATH}]({COMPARE_PATH})."
     if bad:
         more = f"\n\n... and {len(bad) - shown} more in jobs.md." if len(bad) > shown else ""
         text += "\n\nJobs that did not succeed:\n\n" + markdown(bad[:shown]) + more
