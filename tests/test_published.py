@@ -97,7 +97,7 @@ def test_a_measured_prose_number_anywhere_needs_a_record(repo):
 
 
 def test_configs_readme_names_the_slowest_host_kind_the_records_show():
-    timed = [(r.value("perf", "baseline", ("tokens/s",)), r) for r in read_records(RECORDS) if not r.smoke]
+    timed = [(r.value("perf", "baseline", ("tokens/s",)), r) for r in read_records(RECORDS) if not r.other_config]
     slowest = min(((float(t), r) for t, r in timed if t), key=lambda t: t[0])
     assert slowest[1].host_kind.endswith("CPU flags avx2")  # the AVX2-only EPYC
     text = " ".join((ROOT / "configs" / "README.md").read_text().split())
@@ -401,9 +401,31 @@ def test_a_smoke_record_is_cited_but_never_stands_for_its_host_kind(tmp_path):
     """A record of the smoke config (toy sizes: the record of cells kept in configs/full.yaml) is newer
     than the default DAG's record of the same host kind: the published blocks keep the default's."""
     records = read_records(RECORDS)
-    smoke = [r for r in records if r.smoke]
+    smoke = [r for r in records if "configs/smoke.yaml" in r.other_config]
     assert smoke, "docs/results/ holds a smoke record (the MoE x dp_fsdp_tp and ZeRO cells)"
     shown = latest_per_host_kind(records)
-    assert not any(r.smoke for r in shown)
-    same_kind = [r for r in records if r.host_kind == smoke[-1].host_kind and not r.smoke]
+    assert not any(r.other_config for r in shown)
+    same_kind = [r for r in records if r.host_kind == smoke[-1].host_kind and not r.other_config]
     assert same_kind and same_kind[-1] in shown
+
+
+@pytest.mark.parametrize(
+    "command, other",
+    [
+        ("snakemake --cores 2", ""),
+        ("snakemake --cores 2 --configfile configs/full.yaml", "configs/full.yaml"),
+        ("snakemake --cores 2 --configfile=configs/smoke.yaml --config seed=7", "configs/smoke.yaml"),
+        (
+            "snakemake -s /w/workflow/Snakefile --configfile /w/configs/smoke.yaml /tmp/x.yaml",
+            "configs/smoke.yaml + x.yaml",
+        ),
+    ],
+)
+def test_a_record_of_another_config_is_never_its_host_kind_s_default(command, other):
+    """configs/full.yaml's record (its wall is another DAG's) is cited, like the smoke config's, never
+    shown as the host kind's default DAG."""
+    from steps.record.read import Record
+
+    rec = Record(path=Path("r.md"), date="2026-12-07", commit="abc", machine="m", host_kind="k", command=command)
+    assert rec.other_config == other
+    assert (latest_per_host_kind([rec]) == []) == bool(other)

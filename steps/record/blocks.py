@@ -254,7 +254,12 @@ def headline(records: list[Record], link: Link) -> str:
 def runs(records: list[Record], link: Link) -> str:
     """Every record, newest first: its host kind, wall time and jobs."""
     body = [
-        [link(r), r.host_kind + (" (smoke config: cited, never published)" if r.smoke else ""), r.wall, r.jobs]
+        [
+            link(r),
+            r.host_kind + (f" ({r.other_config}: cited, never published)" if r.other_config else ""),
+            r.wall,
+            r.jobs,
+        ]
         for r in sorted(records, key=Record.sort_key, reverse=True)
     ]
     return md_table(["record", "host kind", "wall", "jobs"], body)

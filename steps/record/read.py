@@ -49,11 +49,14 @@ class Record:
     tables: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
     @property
-    def smoke(self) -> bool:
-        """A record of the smoke config (a few cells on toy sizes, e.g. the record of cells that live in
-        configs/full.yaml): its numbers can be cited, but it never stands for its host kind in the
-        published blocks, which compare the default DAG's."""
-        return "configs/smoke.yaml" in self.command
+    def other_config(self) -> str:
+        """The config file the record's run named on top of the default (`configs/smoke.yaml`: a few cells
+        on toy sizes; `configs/full.yaml`: the cells the default leaves out), '' for the default DAG. Such
+        a record's numbers can be cited, but it never stands for its host kind in the published blocks,
+        which compare the default DAG's (its wall time is another DAG's)."""
+        found = re.search(r"--configfile[= ]+((?:[^-\s]\S*\s*)+)", self.command)  # one or more files
+        files = found[1].split() if found else []
+        return " + ".join(f[f.index("configs/") :] if "configs/" in f else Path(f).name for f in files)
 
     @property
     def name(self) -> str:
@@ -181,6 +184,6 @@ def latest_per_host_kind(records: list[Record], has=lambda r: True) -> list[Reco
     """The newest record of each host kind among those `has` admits (smoke records never), newest first."""
     latest: dict[str, Record] = {}
     for r in sorted(records, key=Record.sort_key):
-        if has(r) and not r.smoke:
+        if has(r) and not r.other_config:
             latest[r.host_kind] = r
     return sorted(latest.values(), key=Record.sort_key, reverse=True)
