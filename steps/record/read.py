@@ -55,7 +55,7 @@ class Record:
         a record's numbers can be cited, but it never stands for its host kind in the published blocks,
         which compare the default DAG's (its wall time is another DAG's)."""
         found = re.search(r"--configfile[= ]+((?:[^-\s]\S*\s*)+)", self.command)  # one or more files
-        files = found[1].split() if found else []
+        files = found[1].strip("`").split() if found else []
         return " + ".join(f[f.index("configs/") :] if "configs/" in f else Path(f).name for f in files)
 
     @property
