@@ -705,11 +705,11 @@ def test_each_optimizer_cell_applies_its_written_update_rule(optimizer):
     """Two steps of the trainer's optimizer against the rule docs/word2vec.md writes out, computed by hand
     from the same gradients: momentum v = μv + g, w -= lr·v (rows that left the batch keep moving);
     dense Adam moves every row (zero gradients still decay its moments); sparse Adam only the batch's."""
-    from steps.word2vec.train import MOMENTUM, make_optimizer
+    from steps.word2vec.train import DENSE, MOMENTUM, make_optimizer
 
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
     cfg = TrainConfig(dim=4, optimizer=optimizer, fused=False, lr=lr)
-    model = SGNS(10, 4, sparse=optimizer != "adam")
+    model = SGNS(10, 4, sparse=optimizer not in DENSE)  # as the trainer builds it (dense: adam, momentum)
     with torch.no_grad():
         model.out.normal_(0, 0.1)
     opt = make_optimizer(model, cfg)
