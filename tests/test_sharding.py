@@ -148,7 +148,11 @@ def test_moe_under_hsdp_tp_matches_one_device(tmp_path, dtype):
     assert m["parity_max_dgrad"] <= p.tolerance and m["parity_max_dloss"] <= p.tolerance
     if dtype == "float32":  # the tolerance a fixed 1e-5 lacked, derived per tensor from the fp64 run
         assert all(set(r["over"]) == {"loss", "grad", "param"} for r in ranks)
-        assert max(r["over"]["param"]["tol"] for r in ranks) > p.tolerance
+        for worst in (r["over"]["param"] for r in ranks):  # never below the floor; above it wherever it must be
+            assert p.tolerance <= worst["tol"] and worst["err"] <= worst["tol"], worst
+            # where a tensor misses the fixed 1e-5 (the AVX2 EPYC: 1.53e-05), its tolerance came from the
+            # fp64 run; a host whose fp32 device stays within half of 1e-5 (the AMX Xeon) keeps the floor
+            assert worst["err"] <= p.tolerance or worst["tol"] > p.tolerance, worst
     else:
         assert m["parity_tol"] == 1e-12 and all("over" not in r or r["over"]["param"]["tol"] == 1e-12 for r in ranks)
     assert abs(m["state_ratio"] - 1) <= 0.01 and abs(m["dispatch_comm_ratio"] - 1) <= 0.01
