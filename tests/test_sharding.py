@@ -713,3 +713,25 @@ def test_pipeline_combined_plans_check_the_pipelines_rows():
     with pytest.raises(PlanError, match="sequence_parallel"):
         pp_mesh_plan("pp_tp", {"pp": 2, "tp": 2}, sequence_parallel=True)
     assert pp_mesh_plan("pp_fsdp", {"pp": 2, "fsdp": 2}).pipeline_bubble() == 1 / 3  # (S-1)/(M+S-1)
+
+
+def test_a_teardown_hang_after_every_record_keeps_the_launch(tmp_path, monkeypatch):
+    """Processes that wrote every rank's record and then hang (gloo's teardown, seen in CI) are killed
+    after EXIT_GRACE_S and the launch stands; the same hang before the records is a failed launch."""
+    import sys as _sys
+
+    from steps.sharding import launch as launch_mod
+
+    monkeypatch.setattr(launch_mod, "EXIT_GRACE_S", 1.0)
+    script = (
+        "import pathlib, sys, time\n"
+        "for r in (0, 1): pathlib.Path(sys.argv[1], f'rank{r}.json').write_text('{}')\n"
+        "time.sleep(300)"
+    )
+    cmd = [_sys.executable, "-c", script, str(tmp_path)]
+    t0 = time.time()
+    launch_mod.run_processes(cmd, tmp_path, 120, done=launch_mod.records_written(tmp_path, 2))
+    assert time.time() - t0 < 30
+    quiet = [_sys.executable, "-c", "import time; time.sleep(300)"]
+    with pytest.raises(launch_mod.LaunchError, match="a rank hung"):
+        launch_mod.run_processes(quiet, tmp_path, 3, done=launch_mod.records_written(tmp_path, 2))

@@ -151,10 +151,22 @@ def jax_cmd(plan: Plan, out: Path) -> list[str]:
     return [sys.executable, "-m", "steps.sharding.jax", "--plan", json.dumps(plan.to_dict()), "--out", str(out)]
 
 
+EXIT_GRACE_S = 30.0  # how long the processes may take to exit once every rank's record is written
+
+
 def run_processes(
-    cmd: list[str], out: Path, timeout_s: float, env_extra: dict | None = None, log_name: str = "processes.log"
+    cmd: list[str],
+    out: Path,
+    timeout_s: float,
+    env_extra: dict | None = None,
+    log_name: str = "processes.log",
+    done=None,
 ) -> float:
-    """Run `cmd` in its own session; on timeout kill the whole group. Returns wall seconds."""
+    """Run `cmd` in its own session; on timeout kill the whole group. Returns wall seconds. `done()`
+    (optional) says the work is complete (every rank's record written): from then on the processes get
+    EXIT_GRACE_S to exit, and if they hang in teardown (gloo's, seen in CI: both records written, the
+    launcher still waiting 180 s later) they are killed and the launch stands, with a line in the job's
+    log; a hang before the records is a failed launch, as before."""
     out.mkdir(parents=True, exist_ok=True)
     for pattern in ("rank*.json", "hold.rank*", "peers.json"):
         for old in out.glob(pattern):
@@ -174,9 +186,17 @@ def run_processes(
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = proc.wait(timeout=timeout_s)
+            rc = wait_or_done(proc, t0 + timeout_s, done)
         except subprocess.TimeoutExpired:
             stop(proc, tag)
+            if done is not None and done():
+                print(
+                    f"launch: every rank's record was written, but the processes did not exit within "
+                    f"{EXIT_GRACE_S:.0f} s (a teardown hang); killed the group, the records stand",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return time.time() - t0
             raise LaunchError(f"timed out after {timeout_s:.0f} s (a rank hung); killed the group; log {log}")
         except BaseException:  # the job is stopping (SIGTERM, Ctrl-C, its snakemake died): so do its ranks
             stop(proc, tag)
@@ -186,6 +206,24 @@ def run_processes(
         tail = "\n".join(log.read_text().splitlines()[-15:])
         raise LaunchError(f"exit code {rc} after {time.time() - t0:.1f} s (a rank failed); log {log}:\n{tail}")
     return time.time() - t0
+
+
+def wait_or_done(proc: subprocess.Popen, deadline: float, done=None) -> int:
+    """proc's exit status, by `deadline`, or by EXIT_GRACE_S after `done()` first holds; else
+    subprocess.TimeoutExpired."""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(1.0, deadline - time.time())))
+        except subprocess.TimeoutExpired:
+            if time.time() >= deadline:
+                raise
+            if done is not None and deadline - time.time() > EXIT_GRACE_S and done():
+                deadline = time.time() + EXIT_GRACE_S
+
+
+def records_written(out: Path, world: int):
+    """done() for run_processes: rank 0 has written every rank's record (after the last collective)."""
+    return lambda: len(list(out.glob("rank*.json"))) >= world
 
 
 def collect(out: Path, world: int) -> list[dict]:
@@ -212,7 +250,7 @@ def launch(plan: Plan, out: Path, env: dict | None = None) -> list[dict]:
         raise LaunchError(str(exc)) from None
     plan = plan if ln == plan.launch else replace(plan, launch=ln)
     if ln.nnodes == 1:
-        run_processes(torchrun_cmd(plan, out), out, timeout)
+        run_processes(torchrun_cmd(plan, out), out, timeout, done=records_written(out, plan.world))
         return collect(out, plan.world)
     try:
         run_processes(torchrun_cmd(plan, out), out, timeout, nodes.rank_env(ln), nodes.log_name(ln))
