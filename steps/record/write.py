@@ -38,9 +38,8 @@ RUN_IT = (
     "run the DAG to its end in the folder that holds results/ (`snakemake --cores 2`, with the "
     "--configfile/--config the run used), then give that folder"
 )
-MAX_ROWS = (
-    100  # a logged table longer than this (a memory timeline, a partition sweep) is named, not copied into the record
-)
+# a logged table longer than this (a memory timeline, a partition sweep) is named, not copied into the record
+MAX_ROWS = 100
 
 
 class RecordError(Exception):
