@@ -20,7 +20,7 @@ shell stays the job's parent (it does not exec the command), so when snakemake i
   (steps/tracking/mlflow_run.py).
 
 A process the job starts (torchrun's ranks, the JAX process of a sharding cell) watches the job:
-the launcher names it in OWNER_ENV (steps/sharding/launch.py); when the job is gone it gets SIGTERM,
+the launcher names it in OWNER_ENV (steps/sharding/processes.py); when the job is gone it gets SIGTERM,
 and SIGKILL GRACE_S later. On SLURM the executor's cancel (scancel) stops a job. Linux only;
 elsewhere nothing is watched. Stdlib only: a rank imports this without loading the stage machinery.
 """

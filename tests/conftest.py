@@ -90,7 +90,7 @@ def sigint_as_in_a_terminal() -> None:
 def processes_naming(path: Path) -> list[str]:
     """Pids whose command line or environment names `path` (a failed launch's ranks must all be
     gone; a forked rank's command line is its forkserver's, its environment names the launch's
-    folder: N00BGPT_LAUNCH_OUT, steps/sharding/launch.py)."""
+    folder: N00BGPT_LAUNCH_OUT, steps/sharding/processes.py)."""
     time.sleep(0.5)
     alive = []
     for proc_dir in Path("/proc").glob("[0-9]*"):

@@ -351,7 +351,7 @@ def test_ctrl_c_stops_the_dag_within_seconds(tmp_path):
 
 
 def test_a_launched_process_dies_with_its_owner(tmp_path):
-    """A sharding rank's lifeline (steps/lifeline.py OWNER_ENV, set by steps/sharding/launch.py)."""
+    """A sharding rank's lifeline (steps/lifeline.py OWNER_ENV, set by steps/sharding/processes.py)."""
     owner = subprocess.Popen(["sleep", "600"])
     code = "from steps.lifeline import die_with_owner; import time; die_with_owner(); time.sleep(600)"
     env = {**clean_env(), "N00BGPT_OWNER_PID": str(owner.pid)}

@@ -720,7 +720,7 @@ def test_a_teardown_hang_after_every_record_keeps_the_launch(tmp_path, monkeypat
     after EXIT_GRACE_S and the launch stands; the same hang before the records is a failed launch."""
     import sys as _sys
 
-    from steps.sharding import launch as launch_mod
+    from steps.sharding import processes as launch_mod
 
     monkeypatch.setattr(launch_mod, "EXIT_GRACE_S", 1.0)
     script = (
