@@ -69,6 +69,13 @@ def test_negative_table_matches_unigram_power():
     draws = torch.cat([pool.take((1000, 2, 5)).flatten() for _ in range(50)]).numpy()
     emp = np.bincount(draws, minlength=len(v))[:10] / 500_000
     assert np.all(np.abs(emp - p[:10]) < 5 * np.sqrt(p[:10] / 500_000))
+    # kept in the narrowest unsigned type (a cache-resident table), the draws are the table's own:
+    # slot numbers from the generator, read from the int64 table
+    narrow = NegativePool(table, np.random.default_rng(1), "cpu")
+    assert narrow.table.dtype == np.uint8  # 200 words: 1 MB, not 8 MB of int64
+    slots = np.random.default_rng(1).integers(0, len(table), narrow.block)[: 512 * 10 * 5]
+    got = narrow.take((512, 10, 5))
+    assert got.dtype == torch.int64 and np.array_equal(got.flatten().numpy(), table.astype(np.int64)[slots])
 
 
 def plan_windows(sid, window, batch, seed=0):
