@@ -720,9 +720,9 @@ def test_a_teardown_hang_after_every_record_keeps_the_launch(tmp_path, monkeypat
     after EXIT_GRACE_S and the launch stands; the same hang before the records is a failed launch."""
     import sys as _sys
 
-    from steps.sharding import processes as launch_mod
+    from steps.sharding import processes
 
-    monkeypatch.setattr(launch_mod, "EXIT_GRACE_S", 1.0)
+    monkeypatch.setattr(processes, "EXIT_GRACE_S", 1.0)
     script = (
         "import pathlib, sys, time\n"
         "for r in (0, 1): pathlib.Path(sys.argv[1], f'rank{r}.json').write_text('{}')\n"
@@ -730,8 +730,8 @@ def test_a_teardown_hang_after_every_record_keeps_the_launch(tmp_path, monkeypat
     )
     cmd = [_sys.executable, "-c", script, str(tmp_path)]
     t0 = time.time()
-    launch_mod.run_processes(cmd, tmp_path, 120, done=launch_mod.records_written(tmp_path, 2))
+    processes.run_processes(cmd, tmp_path, 120, done=processes.records_written(tmp_path, 2))
     assert time.time() - t0 < 30
     quiet = [_sys.executable, "-c", "import time; time.sleep(300)"]
-    with pytest.raises(launch_mod.LaunchError, match="a rank hung"):
-        launch_mod.run_processes(quiet, tmp_path, 3, done=launch_mod.records_written(tmp_path, 2))
+    with pytest.raises(processes.LaunchError, match="a rank hung"):
+        processes.run_processes(quiet, tmp_path, 3, done=processes.records_written(tmp_path, 2))

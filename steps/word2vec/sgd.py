@@ -46,6 +46,9 @@ def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     acc.add_(torch.stack([sgns_loss(s, weight), weight[..., 0].sum()]))
 
 
+COMPILE_OPTIONS = {"assert_indirect_indexing": False, "reorder_for_locality": False}  # make_sgd_step's
+
+
 def make_sgd_step(compile_: bool, window: int = 5):
     """The SGD step, compiled with static shapes (one graph per window size b) or eager.
     Indirect-index bounds asserts are dropped from the generated loops: gather_windows clamps
@@ -57,8 +60,7 @@ def make_sgd_step(compile_: bool, window: int = 5):
         return step
     dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
     dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
-    options = {"assert_indirect_indexing": False, "reorder_for_locality": False}
-    return torch.compile(step, dynamic=False, options=options)
+    return torch.compile(step, dynamic=False, options=COMPILE_OPTIONS)
 
 
 class NegativePool:
