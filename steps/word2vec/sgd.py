@@ -9,7 +9,7 @@ import torch
 from steps.word2vec.model import pair_weights, pool, scores, sgns_loss, targets_of
 
 
-def sgd_step(inp, out, ctx, mask, targets, lr, cbow: bool, acc):
+def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     """One SGD step on a batch of windows without autograd; adds (loss, pairs) of the batch,
     before the step, to `acc` (a tensor: no host sync per step).
 
@@ -21,6 +21,7 @@ def sgd_step(inp, out, ctx, mask, targets, lr, cbow: bool, acc):
     (12 MB a step per pair at w = 5), so that dh could read the old rows; gathered again, each
     loop reads the rows from the table, and make_sgd_step keeps the dh loop ahead of the out
     update (tests/test_word2vec.py checks the generated code has neither copy)."""
+    targets = targets_of(center, negatives)
     h = inp[ctx]
     share = None
     if cbow:
@@ -54,16 +55,12 @@ def make_sgd_step(compile_: bool, window: int = 5):
     every position and the vocabulary ids come from our own tables. reorder_for_locality off:
     that pass moved dh's gather of the old output rows after the out update (next to dh's use),
     so out could not be updated in place and Inductor cloned the whole table twice a step."""
-    core = torch.no_grad()(sgd_step)
-    if compile_:
-        dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
-        dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
-        core = torch.compile(core, dynamic=False, options=COMPILE_OPTIONS)
-
-    def step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
-        core(inp, out, ctx, mask, targets_of(center, negatives), lr, cbow, acc)
-
-    return step
+    step = torch.no_grad()(sgd_step)
+    if not compile_:
+        return step
+    dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
+    return torch.compile(step, dynamic=False, options=COMPILE_OPTIONS)
 
 
 class NegativePool:
