@@ -9,9 +9,11 @@ import torch
 from steps.word2vec.model import pair_weights, pool, scores, sgns_loss, targets_of
 
 
-def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
-    """One SGD step on a batch of windows without autograd; adds (loss, pairs) of the batch,
-    before the step, to `acc` (a tensor: no host sync per step).
+def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc, with_loss: bool = True):
+    """One SGD step on a batch of windows without autograd; with `with_loss`, adds (loss, pairs) of
+    the batch, before the step, to `acc` (a tensor: no host sync per step). The trainer asks for
+    the loss only on the steps it logs: its log-sigmoid (an exp and a log1p per row) was ~10 % of
+    a per-pair step's samples (perf), and gensim's default (compute_loss=False) computes none.
 
     With s = h·v, d loss/d s = σ(s) - label, so with g = lr·(label - σ(s))·weight:
     v += g h and h += Σ g v (both from the old values, as word2vec.c), scattered with
@@ -43,7 +45,8 @@ def sgd_step(inp, out, ctx, mask, center, negatives, lr, cbow: bool, acc):
     d = inp.shape[1]
     out.index_add_(0, targets.reshape(-1), dv.reshape(-1, d))
     inp.index_add_(0, ctx.reshape(-1), dh.reshape(-1, d))
-    acc.add_(torch.stack([sgns_loss(s, weight), weight[..., 0].sum()]))
+    if with_loss:
+        acc.add_(torch.stack([sgns_loss(s, weight), weight[..., 0].sum()]))
 
 
 COMPILE_OPTIONS = {"assert_indirect_indexing": False, "reorder_for_locality": False}  # make_sgd_step's
@@ -58,8 +61,8 @@ def make_sgd_step(compile_: bool, window: int = 5):
     step = torch.no_grad()(sgd_step)
     if not compile_:
         return step
-    dynamo = torch._dynamo.config  # one graph per b, per-pair variants and tests: room for all
-    dynamo.recompile_limit = max(dynamo.recompile_limit, 4 * window + 8)
+    dynamo = torch._dynamo.config  # a graph per b and loss or not, per-pair variants, tests: room for all
+    dynamo.recompile_limit = max(dynamo.recompile_limit, 8 * window + 8)
     return torch.compile(step, dynamic=False, options=COMPILE_OPTIONS)
 
 

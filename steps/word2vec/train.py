@@ -10,6 +10,7 @@ Two update paths, equal up to float rounding (tests/test_word2vec.py checks it):
 from __future__ import annotations
 
 import gc
+import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -55,7 +56,7 @@ class TrainOptions:
     compile: bool = True  # torch.compile the fused step
     table_size: int = 1_000_000
     chunk_words: int = 4_000_000  # tokens whose examples are built at once
-    log_every: int = 50
+    log_every: int = 50  # steps between loss points: each the logged step's batch loss (before its update)
 
     def check(self) -> None:
         """The code-path guard behind the schema minimums (a hand-made config meets it too);
@@ -154,8 +155,8 @@ class Trainer:
         self.step_fn = make_sgd_step(cfg.compile, cfg.window) if cfg.fused else None
         self.opt = None if cfg.fused else make_optimizer(self.model, cfg)
         self.lr = torch.tensor(cfg.lr, device=self.device)
-        self.acc = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss, pairs) so far
-        self.steps = 0
+        self.acc = torch.zeros(2, device=self.device, dtype=torch.float64)  # (loss, pairs) of logged steps
+        self.steps = self.examples = 0
         t0 = time.perf_counter()
         if self.step_fn is not None and cfg.compile:
             self._warm_up()
@@ -165,11 +166,13 @@ class Trainer:
         """Target rows per window: shared negatives (or CBOW's one input) vs one draw per pair."""
         return 1 if self.cbow or self.cfg.shared_negatives else width
 
-    def step(self, ctx, mask, center) -> None:
+    def step(self, ctx, mask, center, with_loss: bool = True) -> None:
+        """One step; with `with_loss`, its batch's loss (before the update) and pairs go to `acc`."""
         cfg, model = self.cfg, self.model
         negs = self.negatives.take((len(center), self.rows(ctx.shape[1]), cfg.negative))
         if self.step_fn is not None:
-            self.step_fn(model.inp.data, model.out.data, ctx, mask, center, negs, self.lr, self.cbow, self.acc)
+            args = (model.inp.data, model.out.data, ctx, mask, center, negs, self.lr, self.cbow, self.acc)
+            self.step_fn(*args, with_loss)
             return
         for group in self.opt.param_groups:
             group["lr"] = float(self.lr)
@@ -177,20 +180,20 @@ class Trainer:
         loss = model(ctx, mask, targets_of(center, negs), self.cbow)
         loss.backward()
         self.opt.step()
-        pairs = (mask.any(1) if self.cbow else mask).sum()
-        self.acc.add_(torch.stack([loss.detach().double(), pairs.double()]))
+        if with_loss:
+            pairs = (mask.any(1) if self.cbow else mask).sum()
+            self.acc.add_(torch.stack([loss.detach().double(), pairs.double()]))
 
     def _warm_up(self) -> None:
         """Compile each window size's graph on empty windows (a no-op update)."""
         cfg, dev = self.cfg, self.device
         center = torch.zeros(cfg.batch_size, dtype=torch.int64, device=dev)
-        for w in range(1, cfg.window + 1):
+        for w, with_loss in itertools.product(range(1, cfg.window + 1), (False, True)):
             ctx = torch.zeros(cfg.batch_size, 2 * w, dtype=torch.int64, device=dev)
             negs = torch.zeros(cfg.batch_size, self.rows(2 * w), cfg.negative, dtype=torch.int64, device=dev)
+            args = (self.model.inp.data, self.model.out.data, ctx, ctx > 0, center, negs, self.lr, self.cbow, self.acc)
             try:
-                self.step_fn(
-                    self.model.inp.data, self.model.out.data, ctx, ctx > 0, center, negs, self.lr, self.cbow, self.acc
-                )
+                self.step_fn(*args, with_loss)
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
                 raise ConfigError(
                     f"word2vec: torch.compile of the SGD step failed "
@@ -205,12 +208,13 @@ class Trainer:
         `rate(i, n)` is the learning rate at batch i of n; `after(i, n)` runs after each step."""
         cfg = self.cfg
         plan = plan_epoch(ids, sid, self.keep, cfg.window, cfg.batch_size, self.rng, self.device)
+        self.examples += plan.windows if self.cbow else plan.pairs
         n = len(plan.batches)
         with gc_paused():
             for i, batch in enumerate(plan.batches, 1):
                 if cfg.schedule == "linear":
                     self.lr.fill_(rate(i, n))
-                self.step(*batch)
+                self.step(*batch, with_loss=(self.steps + 1) % cfg.log_every == 0)
                 self.steps += 1
                 if after is not None:
                     after(i, n)
@@ -251,7 +255,7 @@ def train(
                 return max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac(i, n))
 
             def after(i, n):
-                if trainer.steps % cfg.log_every == 0:  # mean loss per pair since the last log
+                if trainer.steps % cfg.log_every == 0:  # this step's batch: its mean loss per pair
                     now = acc.tolist()
                     losses.append((now[0] - last[0][0]) / max(now[1] - last[0][1], 1.0))
                     last[0] = now
@@ -268,7 +272,7 @@ def train(
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if bar is not None:
         bar.close()
-    pairs = float(acc[1])
+    pairs = float(trainer.examples)
     stats = {
         "train_seconds": seconds,
         "words_per_s": total / seconds,

@@ -30,6 +30,8 @@ class EpochPlan:
 
     batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # in training order
     kept: int  # tokens left after subsampling
+    pairs: int = 0  # (context, center) pairs in the batches: skip-gram's examples
+    windows: int = 0  # windows with at least one context word: CBOW's examples
 
 
 def plan_epoch(ids, sid, keep_prob, window: int, batch: int, rng: np.random.Generator, device="cpu") -> EpochPlan:
@@ -48,15 +50,16 @@ def plan_epoch(ids, sid, keep_prob, window: int, batch: int, rng: np.random.Gene
     sentence = torch.full((n + 1,), -1, dtype=torch.int64)
     tokens[:n], sentence[:n] = torch.from_numpy(x), torch.from_numpy(s)
     tokens, sentence = tokens.to(device), sentence.to(device)
-    firsts, batches = [], []
+    firsts, batches, pairs, windows = [], [], 0, 0
     for w in range(1, window + 1):
         group = order[bounds[w - 1] : bounds[w]]
         group = np.concatenate([group, np.full(-len(group) % batch, n)])  # pad: empty windows
         firsts.append(group[::batch])
         ctx, mask, center = gather_windows(tokens, sentence, torch.from_numpy(group).to(device), w)
         batches += zip(ctx.split(batch), mask.split(batch), center.split(batch))
+        pairs, windows = pairs + int(mask.sum()), windows + int(mask.any(1).sum())
     first = np.argsort(np.concatenate(firsts), kind="stable") if firsts else []
-    return EpochPlan([batches[i] for i in first], n)
+    return EpochPlan([batches[i] for i in first], n, pairs, windows)
 
 
 def gather_windows(tokens: torch.Tensor, sentence: torch.Tensor, centers: torch.Tensor, w: int):
