@@ -60,8 +60,7 @@ def row_aligned(table: torch.Tensor) -> torch.Tensor:
     columns, row stride d rounded up to a line (d = 100 float32: 112). Every access of a step is a
     row by id; at 400 bytes a row, 3 rows in 4 start inside a line, so each 16-lane load of theirs
     spans two lines. Only the layout changes: the padding is never read, the values are the same.
-    The compiled per-pair step, same batches, interleaved: 1.06x [1.05, 1.07] (16 pairs; 2-core
-    Xeon with AMX, L1d 48 KiB, 64-byte lines)."""
+    Measured against contiguous tables by scripts/w2v-step-knobs (docs/benchmarks/*-w2v-step-knobs.md)."""
     V, d = table.shape
     per_line = max(1, cache_line_bytes() // table.element_size())
     stride = -(-d // per_line) * per_line
