@@ -14,7 +14,7 @@ import torch
 from steps.config import ConfigError, validate_config
 from steps.paired import ratio_of_pairs
 from steps.word2vec.evaluate import keyed_vectors, save_word2vec_text
-from steps.word2vec.model import SGNS, pair_weights, targets_of
+from steps.word2vec.model import SGNS, cache_line_bytes, pair_weights, row_aligned, targets_of
 from steps.word2vec.text import sentences, tokenize
 from steps.word2vec.train import NegativePool, TrainConfig, make_sgd_step, train
 from steps.word2vec.vocab import Vocab
@@ -173,6 +173,39 @@ def test_compiled_sgd_step_equals_eager():
     torch.testing.assert_close(accs[1], accs[0], rtol=1e-5, atol=1e-6)  # float32 loss sums
     torch.testing.assert_close(models[1].inp, models[0].inp, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(models[1].out, models[0].out, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_loss_is_bookkeeping_the_update_is_the_same_without_it(compiled):
+    """The trainer computes the loss on its logged steps only: a step without it makes the same
+    update to the last bit and adds nothing to `acc`."""
+    models = [SGNS(50, 16) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    accs = [torch.zeros(2, dtype=torch.float64) for _ in range(2)]
+    case, step = window_case(rows=6), make_sgd_step(compiled)
+    for m, acc, with_loss in zip(models, accs, (True, False)):
+        for _ in range(2):
+            step(m.inp.data, m.out.data, *case, torch.tensor(0.1), False, acc, with_loss)
+    assert torch.equal(models[0].inp, models[1].inp) and torch.equal(models[0].out, models[1].out)
+    assert accs[0][0] > 0 and accs[0][1] == 2 * case[1].sum() and not accs[1].any()
+
+
+def test_tables_rows_start_on_cache_lines_and_their_padding_is_never_touched():
+    """row_aligned: the same values as a contiguous table, each row on a cache line of the probed
+    size, and the padding after each row still zero after training steps (never read or written)."""
+    line = cache_line_bytes()
+    torch.manual_seed(0)
+    m = SGNS(53, 100)
+    torch.manual_seed(0)
+    torch.testing.assert_close(m.inp.data, torch.empty(53, 100).uniform_(-0.01, 0.01), rtol=0, atol=0)
+    for table in (m.inp.data, m.out.data):
+        assert table.data_ptr() % line == 0 and (table.stride(0) * 4) % line == 0 and table.stride(0) >= 100
+    case = window_case(V=53, rows=6)
+    make_sgd_step(False)(m.inp.data, m.out.data, *case, torch.tensor(0.1), False, torch.zeros(2, dtype=torch.float64))
+    for table in (m.inp.data, m.out.data):
+        whole = torch.as_strided(table, (53, table.stride(0)), (table.stride(0), 1))
+        assert whole[:, :100].abs().sum() > 0 and not whole[:, 100:].any()
+    assert row_aligned(torch.ones(3, 16)).stride(0) == 16  # already on lines: left as it is
 
 
 @pytest.mark.slow
