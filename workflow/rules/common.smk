@@ -151,14 +151,23 @@ def lab_run(action, status="FINISHED", snakemake_log=None):
     subprocess.run(cmd)
 
 
+JOB_SERVER_MIN_JOBS = 2  # fewer stage jobs to run: no server (docs/pipeline.md, "the job server")
+
+
 def job_server(action):
     """Start (onstart) or stop (onsuccess/onerror) this invocation's job server (steps/jobserver/):
     jobs forked from one process with MLflow and torch loaded, on a local run only; a cluster's jobs
     start on their own. `N00BGPT_JOBSERVER=off` turns it off. Its socket reaches the jobs in the
-    environment; a job that finds no server runs in its own process, as before."""
+    environment; a job that finds no server runs in its own process, as before. Not started for
+    fewer than JOB_SERVER_MIN_JOBS stage jobs (a `-R report`, a one-stage rerun): its imports cost
+    what one job's own do (~4 CPU-s), and a DAG's first job starts before the server listens."""
     global _job_server
     if action == "start":
         if os.environ.get(jobserver.SOCKET_ENV) == "off" or not workflow.local_exec or workflow.dryrun:
+            return
+        jobs = sum(1 for job in workflow.dag.needrun_jobs() if job.rule.shellcmd)
+        if jobs < JOB_SERVER_MIN_JOBS:
+            print(f"job server: not started ({jobs} job{'s' * (jobs != 1)} to run, each in its own process)", file=sys.stderr)
             return
         folder = tempfile.mkdtemp(prefix="n00bgpt-jobs-")
         sock = os.path.join(folder, "socket")
