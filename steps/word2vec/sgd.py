@@ -53,7 +53,7 @@ COMPILE_OPTIONS = {"assert_indirect_indexing": False, "reorder_for_locality": Fa
 
 
 def make_sgd_step(compile_: bool, window: int = 5):
-    """The SGD step, compiled with static shapes (one graph per window size b) or eager.
+    """The SGD step, compiled with static shapes (a graph per window size b, with and without the loss) or eager.
     Indirect-index bounds asserts are dropped from the generated loops: gather_windows clamps
     every position and the vocabulary ids come from our own tables. reorder_for_locality off:
     that pass moved dh's gather of the old output rows after the out update (next to dh's use),

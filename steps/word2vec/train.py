@@ -166,6 +166,10 @@ class Trainer:
         """Target rows per window: shared negatives (or CBOW's one input) vs one draw per pair."""
         return 1 if self.cbow or self.cfg.shared_negatives else width
 
+    def logs(self, step: int) -> bool:
+        """Whether step `step` (1-based) logs a loss point: the steps that compute the loss."""
+        return step % self.cfg.log_every == 0
+
     def step(self, ctx, mask, center, with_loss: bool = True) -> None:
         """One step; with `with_loss`, its batch's loss (before the update) and pairs go to `acc`."""
         cfg, model = self.cfg, self.model
@@ -185,7 +189,7 @@ class Trainer:
             self.acc.add_(torch.stack([loss.detach().double(), pairs.double()]))
 
     def _warm_up(self) -> None:
-        """Compile each window size's graph on empty windows (a no-op update)."""
+        """Compile each window size's two graphs (with and without the loss) on empty windows (a no-op update)."""
         cfg, dev = self.cfg, self.device
         center = torch.zeros(cfg.batch_size, dtype=torch.int64, device=dev)
         for w, with_loss in itertools.product(range(1, cfg.window + 1), (False, True)):
@@ -214,7 +218,7 @@ class Trainer:
             for i, batch in enumerate(plan.batches, 1):
                 if cfg.schedule == "linear":
                     self.lr.fill_(rate(i, n))
-                self.step(*batch, with_loss=(self.steps + 1) % cfg.log_every == 0)
+                self.step(*batch, with_loss=self.logs(self.steps + 1))
                 self.steps += 1
                 if after is not None:
                     after(i, n)
@@ -255,7 +259,7 @@ def train(
                 return max(cfg.min_lr, cfg.lr - (cfg.lr - cfg.min_lr) * frac(i, n))
 
             def after(i, n):
-                if trainer.steps % cfg.log_every == 0:  # this step's batch: its mean loss per pair
+                if trainer.logs(trainer.steps):  # this step's batch: its mean loss per pair
                     now = acc.tolist()
                     losses.append((now[0] - last[0][0]) / max(now[1] - last[0][1], 1.0))
                     last[0] = now
