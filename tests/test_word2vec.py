@@ -16,7 +16,7 @@ from steps.paired import ratio_of_pairs
 from steps.word2vec.evaluate import keyed_vectors, save_word2vec_text
 from steps.word2vec.model import SGNS, cache_line_bytes, pair_weights, row_aligned, targets_of
 from steps.word2vec.text import sentences, tokenize
-from steps.word2vec.train import NegativePool, TrainConfig, make_sgd_step, train
+from steps.word2vec.train import OPTIMIZERS, NegativePool, TrainConfig, Trainer, make_sgd_step, train
 from steps.word2vec.vocab import Vocab
 from steps.word2vec.windows import gather_windows, plan_epoch, subsample
 
@@ -206,6 +206,21 @@ def test_tables_rows_start_on_cache_lines_and_their_padding_is_never_touched():
         whole = torch.as_strided(table, (53, table.stride(0)), (table.stride(0), 1))
         assert whole[:, :100].abs().sum() > 0 and not whole[:, 100:].any()
     assert row_aligned(torch.ones(3, 16)).stride(0) == 16  # already on lines: left as it is
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_only_the_compiled_step_gets_row_aligned_tables(optimizer):
+    """The fused SGD step's tables have rows on cache lines; the autograd path's stay contiguous: torch
+    adds a sparse gradient into a strided table one row at a time (SparseAdam and Adagrad ran 1.31x and
+    1.43x slower on row-aligned tables: docs/benchmarks/2026-12-08-intel-xeon-2c-w2v-autograd-layout.md)."""
+    vocab = Vocab.build([["a", "b", "c"] * 20], min_count=1)
+    configs = [TrainConfig(optimizer=optimizer, fused=False, dim=20)]  # d = 20: 80-byte rows, not on lines
+    if optimizer == "sgd":
+        configs.append(TrainConfig(fused=True, compile=False, dim=20))
+    for cfg in configs:
+        trainer = Trainer(vocab, cfg)
+        for table in (trainer.model.inp, trainer.model.out):
+            assert table.is_contiguous() == (not cfg.fused), (cfg.optimizer, cfg.fused, table.stride())
 
 
 @pytest.mark.slow

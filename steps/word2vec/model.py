@@ -26,14 +26,18 @@ class SGNS(nn.Module):
     inp from half that range; matching the baseline moved our analogy score 0.4 points closer
     to gensim's on the plays). Both lookups are sparse, so a step touches only the rows in the
     batch (and SparseAdam / sparse Adagrad can be used); `sparse=False` gives dense gradients
-    (every row, zeros included: what dense Adam needs)."""
+    (every row, zeros included: what dense Adam needs). `aligned` puts each table's rows on cache
+    lines (`row_aligned`: for the compiled SGD step, which reads rows by id); the autograd path keeps
+    them contiguous, since torch adds a sparse gradient into a strided table one row at a time (a
+    select and an add_ per row; scripts/w2v-autograd-layout, docs/benchmarks/*-w2v-autograd-layout.md)."""
 
-    def __init__(self, vocab_size: int, dim: int, sparse: bool = True):
+    def __init__(self, vocab_size: int, dim: int, sparse: bool = True, aligned: bool = True):
         super().__init__()
         if vocab_size < 1 or dim < 1:
             raise ValueError(f"vocab_size and dim must be >= 1, got {vocab_size}, {dim}")
-        self.inp = nn.Parameter(row_aligned(torch.empty(vocab_size, dim).uniform_(-1.0 / dim, 1.0 / dim)))
-        self.out = nn.Parameter(row_aligned(torch.zeros(vocab_size, dim)))
+        layout = row_aligned if aligned else (lambda table: table)
+        self.inp = nn.Parameter(layout(torch.empty(vocab_size, dim).uniform_(-1.0 / dim, 1.0 / dim)))
+        self.out = nn.Parameter(layout(torch.zeros(vocab_size, dim)))
         self.sparse = sparse
 
     def forward(self, contexts, mask, targets, cbow: bool = False):

@@ -148,7 +148,8 @@ class Trainer:
         self.cfg, self.device = cfg, torch.device(device)
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
-        self.model = SGNS(len(vocab), cfg.dim, sparse=cfg.optimizer not in DENSE).to(self.device)
+        # rows on cache lines for the compiled step; contiguous for autograd's sparse adds (model.py)
+        self.model = SGNS(len(vocab), cfg.dim, sparse=cfg.optimizer not in DENSE, aligned=cfg.fused).to(self.device)
         self.keep = vocab.keep_prob(cfg.sample)
         self.negatives = NegativePool(vocab.negative_table(cfg.table_size), self.rng, self.device)
         self.cbow = cfg.arch == "cbow"
