@@ -201,10 +201,42 @@ def test_a_forked_job_killed_outright_fails_its_command_with_the_signal(tmp_path
         (["python", "-m", "steps.core.runcache", "word2vec", "--cfg", "{}"], None),  # the run cache: light already
         (["python", "-m", "steps.word2vec", "--help"], None),
         (["python", "-c", "import steps"], None),
+        (["python", "-m", "steps.tracking.lab", "start", "--command", "snakemake"], "steps.tracking.lab"),
+        (["python", "-m", "steps.tracking.lab", "end", "--status", "FAILED"], "steps.tracking.lab"),
+        (["python", "-m", "steps.tracking.lab", "--help"], None),
+        (["python", "-m", "steps.tracking.views", "--cfg", "{}"], None),  # no stage, no lab run
     ],
 )
 def test_only_stage_jobs_are_handed_over(argv, handed):
     assert jobserver._stage_module(argv) == handed
+
+
+def test_the_lab_run_opens_and_closes_in_the_server(tmp_path, server):
+    """The Snakefile's `onstart`/`onsuccess` commands, forked: the config on stdin, the run id on stdout
+    (pipes, as the Snakefile's subprocess gives them), the run FINISHED in the lab experiment; no line
+    of the fork's in what the terminal shows."""
+    work = tmp_path / "work"
+    work.mkdir()
+    lab = [sys.executable, "-m", "steps.tracking.lab"]
+    config = json.dumps({"seed": 7, "tracking": {"uri": None}})
+    start = run(work, [*lab, "start", "--command", "snakemake --cores 2"], server, input=config)
+    assert start.returncode == 0 and FORKED not in start.stderr, start.stderr[-3000:]
+    run_id = start.stdout.split()[-1]
+    env = {**clean_env(), jobserver.SOCKET_ENV: server, "N00BGPT_LAB_RUN": run_id}
+    end = subprocess.run(
+        [*lab, "end", "--status", "FINISHED"], cwd=work, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert end.returncode == 0 and FORKED not in end.stderr and "FINISHED" in end.stderr + end.stdout, end.stderr[
+        -3000:
+    ]
+    server_log = (Path(server).parent / "server.log").read_text()
+    assert server_log.count("forked steps.tracking.lab") == 2, server_log[-3000:]
+    c = store.client(f"sqlite:///{work / 'results/mlflow.db'}")
+    r = c.get_run(run_id)
+    assert (
+        r.info.status == "FINISHED" and r.data.params["seed"] == "7" and r.data.tags["command"] == "snakemake --cores 2"
+    )
+    assert c.get_experiment(r.info.experiment_id).name == "n00bgpt/lab"
 
 
 def hand_over(sock: str, cwd: str, env: dict) -> socket.socket:

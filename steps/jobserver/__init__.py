@@ -98,6 +98,9 @@ THREAD_VARS = frozenset(
         "VECLIB_MAXIMUM_THREADS",
     }
 )
+# The lab run's opening and closing (steps/tracking/lab.py), which the Snakefile runs once the server
+# listens and before it stops: MLflow's client and store imported twice an invocation, ~3.5 CPU-s each.
+LAB_MODULE = "steps.tracking.lab"
 # Jobs that must start a process of their own: they measure it (the perf stage reads its peak RSS,
 # which inherited pages would count) or re-execute themselves (perf sets glibc's MALLOC_MMAP_THRESHOLD_).
 OWN_PROCESS = frozenset({"perf"})  # stage names: a module name here would enter every stage's code hash
@@ -171,10 +174,13 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
 
 
 def _stage_module(argv: list[str]) -> str | None:
-    """`steps.<stage>` when this process is `python -m steps.<stage> ...` for a job, else None."""
+    """`steps.<stage>` when this process is `python -m steps.<stage> ...` for a job (or the lab run's
+    start or end, LAB_MODULE), else None."""
     if len(argv) < 3 or argv[1] != "-m" or not argv[2].startswith("steps."):
         return None
     module = argv[2]
+    if module == LAB_MODULE and argv[3:4] in (["start"], ["end"]):
+        return module
     own = module.removeprefix("steps.") in OWN_PROCESS
     if own or module.startswith(("steps.core.", "steps.tracking.", "steps.jobserver")):
         return None

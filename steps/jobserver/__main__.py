@@ -15,6 +15,7 @@ import numpy
 
 from steps.jobserver import (
     FORWARDED,
+    LAB_MODULE,
     PRELOAD,
     _recv,
     _send,
@@ -79,7 +80,8 @@ def _become(conn: socket.socket, listener: socket.socket, request: dict, fds: li
     sys.argv = [request["module"], *request["args"]]
     sys.path.insert(0, request["cwd"])  # `python -m` puts the working folder first
     apply_threads(threads_of(request["env"]))
-    print(f"job server: forked from pid {os.getppid()} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    if request["module"] != LAB_MODULE:  # the lab run's start and end write to the terminal: no line there
+        print(f"job server: forked from pid {os.getppid()} (pid {os.getpid()})", file=sys.stderr, flush=True)
     lifeline.die_with_caller(request["caller"])
     code = run_as_main(request["module"])
     with lifeline.finishing():  # done: the caller exiting after this status is no death to act on

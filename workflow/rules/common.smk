@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 
 from steps import jobserver
 from steps.core import runcache
@@ -151,30 +152,46 @@ def lab_run(action, status="FINISHED", snakemake_log=None):
     subprocess.run(cmd)
 
 
-JOB_SERVER_MIN_JOBS = 2  # fewer stage jobs to run: no server (docs/pipeline.md, "the job server")
+JOB_SERVER_READY_S = 60  # onstart waits this long at most for the server to listen (its imports: ~5 s)
+
+
+def _wait_listening(proc, sock, log):
+    """Until the server binds its socket (once its imports are done), it exits, or JOB_SERVER_READY_S:
+    then the jobs (and the lab run) that find no socket run in their own processes, as before."""
+    deadline = time.monotonic() + JOB_SERVER_READY_S
+    while not os.path.exists(sock):
+        if proc.poll() is not None:
+            with open(log) as f:
+                last = (f.read().strip().splitlines() or [""])[-1]
+            print(f"job server: exited ({proc.returncode}: {last}); each job runs in its own process", file=sys.stderr)
+            return
+        if time.monotonic() > deadline:
+            print(f"job server: not listening after {JOB_SERVER_READY_S} s; jobs run in their own processes until it does",
+                  file=sys.stderr)
+            return
+        time.sleep(0.05)
 
 
 def job_server(action):
     """Start (onstart) or stop (onsuccess/onerror) this invocation's job server (steps/jobserver/):
     jobs forked from one process with MLflow and torch loaded, on a local run only; a cluster's jobs
     start on their own. `N00BGPT_JOBSERVER=off` turns it off. Its socket reaches the jobs in the
-    environment; a job that finds no server runs in its own process, as before. Not started for
-    fewer than JOB_SERVER_MIN_JOBS stage jobs (a `-R report`, a one-stage rerun): its imports cost
-    what one job's own do (~4 CPU-s), and a DAG's first job starts before the server listens."""
+    environment; a job that finds no server runs in its own process, as before. Started before the
+    lab run opens, and waited for until it listens: the lab run's start and end (MLflow's imports,
+    twice) and the DAG's first jobs fork from it too, so it pays for itself from one job on."""
     global _job_server
     if action == "start":
         if os.environ.get(jobserver.SOCKET_ENV) == "off" or not workflow.local_exec or workflow.dryrun:
             return
-        jobs = sum(1 for job in workflow.dag.needrun_jobs() if job.rule.shellcmd)
-        if jobs < JOB_SERVER_MIN_JOBS:
-            print(f"job server: not started ({jobs} job{'s' * (jobs != 1)} to run, each in its own process)", file=sys.stderr)
-            return
+        if not any(job.rule.shellcmd for job in workflow.dag.needrun_jobs()):
+            return  # no stage job to run
         folder = tempfile.mkdtemp(prefix="n00bgpt-jobs-")
         sock = os.path.join(folder, "socket")
         log_file = open(os.path.join(folder, "server.log"), "w")
         _job_server = (subprocess.Popen([sys.executable, "-m", "steps.jobserver", sock], stdout=log_file,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), folder)
         os.environ[jobserver.SOCKET_ENV] = sock
+        _wait_listening(_job_server[0], sock, log_file.name)
         return
     if not globals().get("_job_server"):
         return
