@@ -102,11 +102,12 @@ def test_forcerun_one_stage_plans_only_it_and_dependents(smoke_dag):
 def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     """Ctrl-C on the DAG (SIGINT to the process group), or the running job killed outright
     (SIGKILL, as the OOM killer does): the next plain invocation completes."""
-    # one job, the one killed: all 775 scenes (~3 s of work), not smoke's 60 (well under a second once
-    # forked by the job server: CI saw it end before the kill landed, its metrics.json written)
-    whole = ("--until", "prepare_corpus", "--config", "prepare_corpus={max_documents: 0}")
+    # one job, the one killed, forked by the job server as every local job is: `components` (its parity
+    # table, ~5 s of work), no input; prepare_corpus, even on all 775 scenes, ends in ~0.5 s once forked
+    # (it ended before the kill landed, its metrics.json written)
+    whole = ("--until", "components")
     cmd = snakemake_cmd(tmp_path, *whole)
-    metrics = tmp_path / stage_paths("prepare_corpus")[1]["metrics"]
+    metrics = tmp_path / stage_paths("components")[1]["metrics"]
     proc = subprocess.Popen(
         cmd,
         env=clean_env(),
@@ -117,15 +118,15 @@ def test_killed_dag_restarts_without_cleanup(tmp_path, how):
     )
 
     def running_jobs() -> list[int]:
-        """This test's prepare_corpus job (its working dir is tmp_path), while it runs."""
-        found = subprocess.run(["pgrep", "-f", "steps.prepare_corpus"], capture_output=True, text=True)
+        """This test's components job (its working dir is tmp_path), while it runs."""
+        found = subprocess.run(["pgrep", "-f", "steps.components"], capture_output=True, text=True)
         return [int(p) for p in found.stdout.split() if Path(f"/proc/{p}/cwd").resolve() == tmp_path.resolve()]
 
     deadline = time.time() + 120
     while time.time() < deadline and not running_jobs() and proc.poll() is None:
         time.sleep(0.1)
     jobs = running_jobs()
-    assert jobs, f"prepare_corpus never ran within 120 s:\n{proc.communicate()[0] if proc.poll() is not None else ''}"
+    assert jobs, f"components never ran within 120 s:\n{proc.communicate()[0] if proc.poll() is not None else ''}"
     if how == "ctrl-c":
         time.sleep(1.0)  # mid-job
         os.killpg(proc.pid, signal.SIGINT)
