@@ -42,10 +42,12 @@ def start_server(tmp_path: Path, **popen) -> tuple[str, subprocess.Popen]:
     return str(sock), proc
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A job server (start_server); yields its socket path."""
-    sock, proc = start_server(tmp_path)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A job server (start_server), one for the module's tests, as one serves a whole DAG (each test's
+    jobs run in folders of their own; a job killed or failed leaves it serving: tested below); yields
+    its socket path."""
+    sock, proc = start_server(tmp_path_factory.mktemp("jobserver"))
     yield sock
     proc.terminate()
     proc.wait(30)
