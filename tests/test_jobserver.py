@@ -34,11 +34,8 @@ def start_server(tmp_path: Path, **popen) -> tuple[str, subprocess.Popen]:
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - the server's, for as long as it runs
     cmd = [sys.executable, "-m", "steps.jobserver", str(sock)]
     proc = subprocess.Popen(cmd, env=clean_env(), stdout=log, stderr=log, **popen)
-    t0 = time.time()
-    while not sock.exists():
-        assert proc.poll() is None, (tmp_path / "server.log").read_text()
-        assert time.time() - t0 < 180, "the job server did not listen within 180 s"
-        time.sleep(0.2)
+    why = jobserver.wait_listening(proc, str(sock), 180)
+    assert why is None, f"the job server: {why}\n{(tmp_path / 'server.log').read_text()}"
     return str(sock), proc
 
 
@@ -148,10 +145,8 @@ def test_the_venv_s_python_and_python3_are_one_interpreter(tmp_path):
         [str(names[0]), "-m", "steps.jobserver", str(sock)], env=clean_env(), stdout=log, stderr=log
     )
     try:
-        t0 = time.time()
-        while not sock.exists():
-            assert proc.poll() is None and time.time() - t0 < 180, (tmp_path / "server.log").read_text()
-            time.sleep(0.2)
+        why = jobserver.wait_listening(proc, str(sock), 180)
+        assert why is None, f"the job server: {why}\n{(tmp_path / 'server.log').read_text()}"
         work = tmp_path / "work"
         work.mkdir()
         forked = run(work, [str(names[1]), *job(work, "prepare_corpus")[1:]], str(sock))

@@ -38,6 +38,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 SOCKET_ENV = "N00BGPT_JOBSERVER"  # the server's socket path (set by the Snakefile for local runs)
 WAIT_ENV = "N00BGPT_JOBSERVER_WAIT_S"  # HAND_OVER_S, where a test needs it shorter
@@ -108,6 +109,19 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A server that accepts but does not answer (stopped, stuck) within this gets no job: it runs here. The
 # forked job starts only on the caller's word that it waits for it, so a late fork runs nothing twice.
 HAND_OVER_S = float(os.environ.get(WAIT_ENV) or 60)
+
+
+def wait_listening(proc, path: str, timeout: float) -> str | None:
+    """Wait for a server started as `proc` to listen on `path` (it binds the socket once its imports are
+    done): None once it does, else why it does not (it exited, or `timeout` seconds went by)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            return f"exited ({proc.returncode})"
+        if time.monotonic() > deadline:
+            return f"not listening after {timeout:g} s"
+        time.sleep(0.05)
+    return None
 
 
 def blocking(env: dict, server_env: dict) -> list[str]:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from steps.commandline import parser
 from steps.config import cell_config, load_config
-from steps.jobserver import SOCKET_ENV
+from steps.jobserver import SOCKET_ENV, wait_listening
 from steps.paired import ratio_of_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,11 +97,8 @@ def main(argv: list[str] | None = None) -> None:
             serve = [sys.executable, "-m", "steps.jobserver", str(sock)]
             server = subprocess.Popen(serve, env=env, stdout=log, stderr=log)
             try:
-                t0 = time.time()
-                while not sock.exists():
-                    if server.poll() is not None or time.time() - t0 > 300:
-                        sys.exit(f"the job server did not start:\n{server_log.read_text()[-2000:]}")
-                    time.sleep(0.1)
+                if why := wait_listening(server, str(sock), 300):
+                    sys.exit(f"the job server did not start ({why}):\n{server_log.read_text()[-2000:]}")
                 work = tmp / "work"
                 work.mkdir()
                 cmd = job_command(work)

@@ -15,7 +15,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
 
 from steps import jobserver
 from steps.core import runcache
@@ -156,20 +155,14 @@ JOB_SERVER_READY_S = 60  # onstart waits this long at most for the server to lis
 
 
 def _wait_listening(proc, sock, log):
-    """Until the server binds its socket (once its imports are done), it exits, or JOB_SERVER_READY_S:
-    then the jobs (and the lab run) that find no socket run in their own processes, as before."""
-    deadline = time.monotonic() + JOB_SERVER_READY_S
-    while not os.path.exists(sock):
-        if proc.poll() is not None:
-            with open(log) as f:
-                last = (f.read().strip().splitlines() or [""])[-1]
-            print(f"job server: exited ({proc.returncode}: {last}); each job runs in its own process", file=sys.stderr)
-            return
-        if time.monotonic() > deadline:
-            print(f"job server: not listening after {JOB_SERVER_READY_S} s; jobs run in their own processes until it does",
-                  file=sys.stderr)
-            return
-        time.sleep(0.05)
+    """Until the server listens, it exits, or JOB_SERVER_READY_S: then the jobs (and the lab run) that
+    find no socket run in their own processes, as before, and one line says why."""
+    if (why := jobserver.wait_listening(proc, sock, JOB_SERVER_READY_S)) is None:
+        return
+    with open(log) as f:
+        last = (f.read().strip().splitlines() or [""])[-1]
+    print(f"job server: {why}{f' ({last})' if last else ''}; jobs run in their own processes until it listens",
+          file=sys.stderr)
 
 
 def job_server(action):
